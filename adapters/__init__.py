@@ -1,0 +1,1 @@
+"""art.adapters: storage adapters (memory, sqlite, postgres) and the in-process local model."""

@@ -1,0 +1,99 @@
+"""Configuration: ExecutionConfig, ArtInstanceConfig, per-call options and env defaults."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator
+
+from art._models import ArtModel
+
+FailurePolicy = Literal["skip_dependents", "replan", "fail"]
+
+MODEL_ENV = "ART_MODEL"
+STORAGE_ENV = "ART_STORAGE"
+
+
+class BufferConfig(ArtModel):
+    """How streamed synthesis tokens are grouped into `buffer:flush` events (seed 004)."""
+
+    max_size: int = Field(10, ge=1)
+    max_time_ms: float = Field(100.0, gt=0)
+    strategy: Literal["size", "time", "hybrid"] = "hybrid"
+    auto_flush: bool = True
+
+
+class ExecutionConfig(ArtModel):
+    """How a run executes. Set per instance; override per call through `options`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_result_max_length: int = Field(60_000, ge=100)
+    max_concurrency: int = Field(16, ge=1)
+    step_timeout_s: float | None = Field(60.0, gt=0)
+    step_max_retries: int = Field(2, ge=0)
+    retry_backoff_s: float = Field(0.5, ge=0)
+    max_plan_attempts: int = Field(3, ge=1)
+    max_replans: int = Field(1, ge=0)
+    on_step_failure: FailurePolicy = "skip_dependents"
+    llm_max_retries: int = Field(3, ge=0)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+
+    def merged(self, overrides: ExecutionConfig | dict[str, Any] | None) -> ExecutionConfig:
+        """This config with the fields `overrides` sets explicitly replaced."""
+        if overrides is None:
+            return self
+        if isinstance(overrides, ExecutionConfig):
+            overrides = overrides.model_dump(exclude_unset=True)
+        data = self.model_dump()
+        data.update(ExecutionConfig.model_validate(overrides).model_dump(exclude_unset=True))
+        return ExecutionConfig.model_validate(data)
+
+
+class Persona(ArtModel):
+    """Who the agent is: extra guidance for the planning and synthesis prompts."""
+
+    name: str = "art"
+    planning: str = ""
+    synthesis: str = ""
+
+
+class ProcessOptions(ArtModel):
+    """Per-call options for `process`/`aprocess`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    execution_config: dict[str, Any] | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+    llm_params: dict[str, Any] | None = None
+
+
+class ArtInstanceConfig(ArtModel):
+    """Everything an ArtInstance is built from. Also accepted as keyword arguments."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: str | None = None
+    planning_model: str | None = None
+    synthesis_model: str | None = None
+    tools: list[Any] = Field(default_factory=list)
+    storage: Any = None
+    execution_config: ExecutionConfig = Field(default_factory=ExecutionConfig)
+    persona: Persona = Field(default_factory=Persona)
+    llm_params: dict[str, Any] = Field(default_factory=dict)
+    callbacks: Any = None
+
+    @field_validator("persona", mode="before")
+    @classmethod
+    def _persona_from_str(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"planning": value, "synthesis": value}
+        return value
+
+    def resolved_model(self) -> str | None:
+        return self.model or os.environ.get(MODEL_ENV) or None
+
+    def resolved_storage(self) -> Any:
+        return self.storage if self.storage is not None else os.environ.get(STORAGE_ENV)

@@ -1,0 +1,143 @@
+"""Error codes and the exception tree.
+
+Exceptions are sorted by who must act::
+
+    ArtError
+    ├── ConfigurationError      the developer's mistake, raised at construction
+    │   └── ToolRegistrationError   a tool that cannot be registered (name, schema, duplicate)
+    ├── PlanError               the planner could not produce a valid plan (lists every problem)
+    ├── ModelError              a provider call failed (carries a ModelErrorCode, retry_after_s)
+    ├── ThreadBusyError         another worker holds the thread's lease (code THREAD_BUSY)
+    ├── SuspensionError         resume of an unknown or already-decided suspension
+    └── ResponseError           raised by AgentFinalResponse.raise_for_status()
+
+Failures at run time do not escape `process`: they come back as a response with
+`metadata.status == "error"` and a `RunErrorCode`. Only configuration mistakes raise.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ToolErrorCode(StrEnum):
+    """Why a tool call failed (seed 000's ToolErrorCode, plus the engine's own)."""
+
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    IO_ERROR = "IO_ERROR"
+    CONFIG_ERROR = "CONFIG_ERROR"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RATE_LIMITED = "RATE_LIMITED"
+    NOT_FOUND = "NOT_FOUND"
+    LLM_ASSIST_REQUIRED = "LLM_ASSIST_REQUIRED"
+    TIMEOUT = "TIMEOUT"
+    UNKNOWN = "UNKNOWN"
+    # Not in the seed: a tool that broke the ToolResult contract, and a call the run cancelled.
+    CONTRACT_VIOLATION = "CONTRACT_VIOLATION"
+    CANCELLED = "CANCELLED"
+
+
+class ModelErrorCode(StrEnum):
+    """Why an LLM call failed (seed 000's ModelErrorCode)."""
+
+    PROVIDER_NOT_CONFIGURED = "PROVIDER_NOT_CONFIGURED"
+    PROVIDER_NOT_SUPPORTED = "PROVIDER_NOT_SUPPORTED"
+    AUTHENTICATION_ERROR = "AUTHENTICATION_ERROR"
+    RATE_LIMITED = "RATE_LIMITED"
+    MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
+    CONTEXT_LENGTH_EXCEEDED = "CONTEXT_LENGTH_EXCEEDED"
+    NETWORK_ERROR = "NETWORK_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INVALID_RESPONSE = "INVALID_RESPONSE"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def retryable(self) -> bool:
+        return self in RETRYABLE_MODEL_ERRORS
+
+
+RETRYABLE_MODEL_ERRORS = frozenset(
+    {ModelErrorCode.RATE_LIMITED, ModelErrorCode.NETWORK_ERROR, ModelErrorCode.TIMEOUT}
+)
+
+
+class RunErrorCode(StrEnum):
+    """Why a run ended with `status == "error"` (besides a ModelErrorCode)."""
+
+    PLAN_INVALID = "PLAN_INVALID"
+    STEP_FAILED = "STEP_FAILED"
+    THREAD_BUSY = "THREAD_BUSY"
+    CANCELLED = "CANCELLED"
+    SUSPENSION_NOT_FOUND = "SUSPENSION_NOT_FOUND"
+    SUSPENSION_ALREADY_DECIDED = "SUSPENSION_ALREADY_DECIDED"
+    STORAGE_ERROR = "STORAGE_ERROR"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+class ArtError(Exception):
+    """Base class of every exception art raises on purpose."""
+
+    code: str = "ART_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details
+
+
+class ConfigurationError(ArtError):
+    """The developer's mistake: bad config, bad tool, unknown storage URL."""
+
+    code = "CONFIG_ERROR"
+
+
+class ToolRegistrationError(ConfigurationError):
+    """A tool was refused at registration (bad name, invalid input_schema, duplicate)."""
+
+
+class PlanError(ArtError):
+    """No valid plan after every repair attempt; `problems` lists what was wrong."""
+
+    code = RunErrorCode.PLAN_INVALID
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message, details=problems or [])
+        self.problems: list[str] = list(problems or [])
+
+
+class ModelError(ArtError):
+    """A provider call failed after retries."""
+
+    def __init__(
+        self, message: str, code: ModelErrorCode, *, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in RETRYABLE_MODEL_ERRORS
+
+
+class ThreadBusyError(ArtError):
+    """Another worker is running this thread."""
+
+    code = RunErrorCode.THREAD_BUSY
+
+    def __init__(self, thread_id: str, *, retry_after_s: float | None = None) -> None:
+        hint = f"; retry after {retry_after_s:.1f} s" if retry_after_s else ""
+        super().__init__(f"thread {thread_id!r} is being run by another worker{hint}")
+        self.thread_id = thread_id
+        self.retry_after_s = retry_after_s
+
+
+class SuspensionError(ArtError):
+    """Resume of a suspension that does not exist or was already decided."""
+
+
+class ResponseError(ArtError):
+    """Raised by `AgentFinalResponse.raise_for_status()` for a response with status "error"."""

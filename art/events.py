@@ -1,0 +1,211 @@
+"""One event stream per instance: names, hooks (on/off/once), before-hook edits and vetoes.
+
+A hook is `fn(data, context)`, sync or async. A `*:before` hook may return new data
+(a dict replaces the event data) or raise to veto the action; every other hook's
+return value is ignored. A hook that raises never crashes a run: the failure is
+reported as an `error` event (and, for a before-hook, as a `HookVeto` to the caller).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from pydantic import Field
+
+from art._models import ArtModel
+from art.spans import SpanContext
+
+log = structlog.get_logger("art.events")
+
+EVENT_NAMES: frozenset[str] = frozenset(
+    {
+        "session:start",
+        "session:end",
+        "plan:created",
+        "plan:updated",
+        "message:before",
+        "message:after",
+        "chunk:before",
+        "chunk:after",
+        "buffer:flush",
+        "tool:before",
+        "tool:after",
+        "tool:update",
+        "tool:loop:before",
+        "tool:loop:after",
+        "step:status",
+        "suspended",
+        "resumed",
+        "error",
+    }
+)
+ALL_EVENTS = "*"
+
+Hook = Callable[[Any, "EventContext"], Any]
+
+
+class EventContext(ArtModel):
+    """Where an event happened; the second argument of every hook."""
+
+    name: str
+    thread_id: str | None = None
+    run_id: str | None = None
+    trace_id: str | None = None
+    span: SpanContext | None = None
+    timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+class Event(ArtModel):
+    """One emitted event, as hooks' context sees it and as `stream()` yields it."""
+
+    name: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    thread_id: str | None = None
+    run_id: str | None = None
+    span: SpanContext | None = None
+    timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.span.trace_id if self.span else None
+
+
+class HookVeto(Exception):
+    """A before-hook refused the action; `reason` says why."""
+
+    def __init__(self, event: str, reason: str) -> None:
+        super().__init__(f"{event} vetoed by a hook: {reason}")
+        self.event = event
+        self.reason = reason
+
+
+def _check_name(name: str) -> None:
+    if name != ALL_EVENTS and name not in EVENT_NAMES:
+        known = ", ".join(sorted(EVENT_NAMES))
+        raise ValueError(f"unknown event {name!r}; known events: {known} (or '*' for all)")
+
+
+class EventBus:
+    """Hooks and subscribers of one instance. Cheap when nobody listens."""
+
+    def __init__(self) -> None:
+        self._hooks: dict[str, list[tuple[Hook, bool]]] = {}
+        self._subscribers: list[Callable[[Event], None]] = []
+
+    # -- registration -------------------------------------------------------------
+    def on(self, name: str, fn: Hook) -> Hook:
+        """Call `fn(data, context)` on every `name` event ('*' for all). Returns `fn`."""
+        _check_name(name)
+        self._hooks.setdefault(name, []).append((fn, False))
+        return fn
+
+    def once(self, name: str, fn: Hook) -> Hook:
+        """Like `on`, but only for the next `name` event."""
+        _check_name(name)
+        self._hooks.setdefault(name, []).append((fn, True))
+        return fn
+
+    def off(self, name: str, fn: Hook | None = None) -> None:
+        """Remove `fn` from `name`, or every hook of `name` when `fn` is None."""
+        _check_name(name)
+        if fn is None:
+            self._hooks.pop(name, None)
+            return
+        self._hooks[name] = [(h, o) for h, o in self._hooks.get(name, []) if h is not fn]
+
+    def subscribe(self, sink: Callable[[Event], None]) -> Callable[[], None]:
+        """Receive every event (after hooks ran); returns the unsubscribe function."""
+        self._subscribers.append(sink)
+        return lambda: self._subscribers.remove(sink) if sink in self._subscribers else None
+
+    def wants(self, name: str) -> bool:
+        return bool(self._subscribers or self._hooks.get(name) or self._hooks.get(ALL_EVENTS))
+
+    # -- emission -----------------------------------------------------------------
+    async def emit(
+        self,
+        name: str,
+        data: dict[str, Any],
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        span: SpanContext | None = None,
+    ) -> dict[str, Any]:
+        """Run the hooks of `name` and deliver the event; return the (possibly edited) data.
+
+        Raises HookVeto when a `*:before` hook raises.
+        """
+        if not self.wants(name):
+            return data
+        context = EventContext(
+            name=name,
+            thread_id=thread_id,
+            run_id=run_id,
+            trace_id=span.trace_id if span else None,
+            span=span,
+        )
+        is_before = name.endswith(":before")
+        for fn in self._take_hooks(name):
+            try:
+                returned = fn(data, context)
+                if inspect.isawaitable(returned):
+                    returned = await returned
+            except Exception as exc:
+                await self._report_hook_failure(name, fn, exc, context)
+                if is_before:
+                    raise HookVeto(name, str(exc) or type(exc).__name__) from exc
+                continue
+            if is_before and isinstance(returned, dict):
+                data = returned
+        event = Event(
+            name=name,
+            data=data,
+            thread_id=thread_id,
+            run_id=run_id,
+            span=span,
+            timestamp=context.timestamp,
+        )
+        for sink in list(self._subscribers):
+            try:
+                sink(event)
+            except Exception:  # a broken sink must not break the run
+                log.exception("event subscriber failed", event=name)
+        return data
+
+    def _take_hooks(self, name: str) -> list[Hook]:
+        selected: list[Hook] = []
+        for key in (name, ALL_EVENTS):
+            entries = self._hooks.get(key)
+            if not entries:
+                continue
+            selected.extend(fn for fn, _ in entries)
+            if any(once for _, once in entries):
+                self._hooks[key] = [(fn, once) for fn, once in entries if not once]
+        return selected
+
+    async def _report_hook_failure(
+        self, name: str, fn: Hook, exc: Exception, context: EventContext
+    ) -> None:
+        hook_name = getattr(fn, "__qualname__", repr(fn))
+        log.warning("hook failed", event=name, hook=hook_name, error=repr(exc))
+        if name == "error":  # never recurse on a failing error hook
+            return
+        await self.emit(
+            "error",
+            {
+                "source": "hook",
+                "event": name,
+                "hook": hook_name,
+                "error_type": type(exc).__name__,
+                "message": str(exc),
+                "recoverable": True,
+            },
+            thread_id=context.thread_id,
+            run_id=context.run_id,
+            span=context.span,
+        )
+

@@ -1,0 +1,117 @@
+"""What `process` returns: AgentFinalResponse and its parts."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from art._models import ArtModel
+from art.errors import ResponseError
+from art.plans import Plan
+from art.tooling import ToolResult
+from art.usage import TokenUsage
+
+RunStatusName = Literal["success", "error", "partial", "suspended"]
+StepStatus = Literal[
+    "pending", "in_progress", "completed", "failed", "skipped", "waiting", "cancelled"
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Source(ArtModel, extra="allow"):
+    source_name: str
+    url: str | None = None
+
+
+class MessageMetadata(ArtModel):
+    sources: list[Source] = Field(default_factory=list)
+    ui_metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ConversationMessage(ArtModel):
+    message_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    thread_id: str
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    timestamp: datetime = Field(default_factory=utcnow)
+    metadata: MessageMetadata = Field(default_factory=MessageMetadata)
+
+
+class RunError(ArtModel):
+    """Why a run failed: a RunErrorCode or ModelErrorCode, a message, and any details."""
+
+    code: str
+    message: str
+    problems: list[str] = Field(default_factory=list)
+    retry_after_s: float | None = None
+
+
+class ExecutionMetadata(ArtModel):
+    thread_id: str
+    trace_id: str
+    run_id: str | None = None
+    user_id: str | None = None
+    status: RunStatusName
+    total_duration_ms: float = 0.0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    llm_cost: float | None = None
+    error: RunError | None = None
+    suspension_id: str | None = None
+    suspension_ids: list[str] = Field(default_factory=list)
+
+
+class StepRecord(ArtModel):
+    step_id: str
+    tool: str | None = None
+    status: StepStatus = "pending"
+    result: ToolResult | None = None
+    attempts: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # The arguments the step ran with, after references were resolved and hooks applied.
+    args: dict[str, Any] | None = None
+    # Why a step failed or was skipped, in words the synthesis and the user can read.
+    reason: str | None = None
+
+    @property
+    def output(self) -> Any:
+        return self.result.output if self.result is not None else None
+
+
+class DisplayOutput(ArtModel):
+    step_id: str
+    tool_name: str
+    output: Any = None
+
+
+class AgentFinalResponse(ArtModel):
+    response: ConversationMessage
+    metadata: ExecutionMetadata
+    plan: Plan | None = None
+    steps: list[StepRecord] = Field(default_factory=list)
+    display: list[DisplayOutput] = Field(default_factory=list)
+
+    @property
+    def content(self) -> str:
+        return self.response.content
+
+    @property
+    def status(self) -> RunStatusName:
+        return self.metadata.status
+
+    def raise_for_status(self) -> AgentFinalResponse:
+        """Raise ResponseError when the run ended with status "error"; return self otherwise."""
+        if self.metadata.status == "error":
+            err = self.metadata.error
+            code = err.code if err else "UNKNOWN"
+            message = err.message if err else "the run failed"
+            raise ResponseError(f"{code}: {message}", code=code, details=err)
+        return self

@@ -1,0 +1,162 @@
+"""The tool contract: IToolExecutor, ToolSchema, ToolResult and ExecutionContext (seed 003)."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr
+
+from art._models import ArtModel
+from art.spans import SpanContext
+
+ExecutionMode = Literal["functional", "immediate", "blocking", "display"]
+ToolStatus = Literal["success", "error", "suspended"]
+ProgressStage = Literal["running", "streaming"]
+
+
+class ToolExample(ArtModel):
+    input: dict[str, Any]
+    output: Any = None
+    description: str | None = None
+
+
+class ToolSchema(ArtModel):
+    """How a tool is presented to the planner and validated before it runs."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    output_schema: dict[str, Any] | None = None
+    execution_mode: ExecutionMode = "functional"
+    blocking_config: dict[str, Any] | None = None
+    display_config: dict[str, Any] | None = None
+    examples: list[ToolExample] = Field(default_factory=list)
+
+    @property
+    def mode(self) -> Literal["functional", "blocking", "display"]:
+        """The execution mode with the `immediate` alias folded into `functional`."""
+        return "functional" if self.execution_mode == "immediate" else self.execution_mode
+
+
+class ToolResult(ArtModel):
+    """What a tool returns. `output` is the data carrier; nothing else is read as data."""
+
+    call_id: str
+    tool_name: str
+    status: ToolStatus
+    output: Any = None
+    error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def error_code(self) -> str | None:
+        return self.metadata.get("error_code")
+
+    @property
+    def retryable(self) -> bool:
+        """An error result the tool marked as worth retrying (`metadata.retryable`)."""
+        return self.status == "error" and bool(self.metadata.get("retryable"))
+
+
+ProgressReporter = Callable[[ProgressStage, dict[str, Any]], None]
+
+
+class CancellationToken:
+    """A cancellation signal that sync tools (in worker threads) and async tools both read."""
+
+    __slots__ = ("_event", "reason")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block a worker thread until cancelled or `timeout` passes; True when cancelled."""
+        return self._event.wait(timeout)
+
+
+class ExecutionContext(ArtModel):
+    """What a tool knows about the call it serves."""
+
+    thread_id: str
+    trace_id: str
+    call_id: str
+    step_id: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+    attempt: int = 1
+    span: SpanContext | None = None
+
+    _cancellation: CancellationToken = PrivateAttr(default_factory=CancellationToken)
+    _reporter: ProgressReporter | None = PrivateAttr(default=None)
+
+    def bind(
+        self, *, cancellation: CancellationToken | None = None, reporter: ProgressReporter | None = None
+    ) -> ExecutionContext:
+        """Attach the run's cancellation token and progress reporter (engine use)."""
+        if cancellation is not None:
+            self._cancellation = cancellation
+        self._reporter = reporter
+        return self
+
+    @property
+    def cancellation(self) -> CancellationToken:
+        return self._cancellation
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run (or this call's timeout) asked the tool to stop."""
+        return self._cancellation.cancelled
+
+    def progress(
+        self,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        output: Any = None,
+    ) -> None:
+        """Report progress (seed 000's `ctx.metadata()`): a title and partial metadata.
+
+        Becomes a `tool:update` event with stage `running`, or `streaming` when a
+        partial `output` is given. Safe to call from a worker thread.
+        """
+        if self._reporter is None:
+            return
+        payload: dict[str, Any] = {}
+        if title is not None:
+            payload["title"] = title
+        if metadata:
+            payload["metadata"] = dict(metadata)
+        if output is not None:
+            payload["output"] = output
+        self._reporter("streaming" if output is not None else "running", payload)
+
+
+class IToolExecutor(ABC):
+    """A tool. Set `schema`; implement `execute` as `async def` or plain `def` (runs in a thread)."""
+
+    schema: ToolSchema
+
+    @abstractmethod
+    def execute(
+        self, input: dict[str, Any], context: ExecutionContext
+    ) -> ToolResult | Awaitable[ToolResult]:
+        """Run the tool and return a ToolResult with the data in `output`."""
+
+    @property
+    def name(self) -> str:
+        return self.schema.name

@@ -1,0 +1,1 @@
+"""art.tools: the built-in tools, each an IToolExecutor."""
