@@ -208,4 +208,3 @@ class EventBus:
             run_id=context.run_id,
             span=context.span,
         )
-

@@ -30,4 +30,6 @@ class SpanContext(ArtModel):
 
     def child(self) -> SpanContext:
         """A new span whose parent is this one, in the same trace."""
-        return SpanContext(trace_id=self.trace_id, span_id=new_span_id(), parent_span_id=self.span_id)
+        return SpanContext(
+            trace_id=self.trace_id, span_id=new_span_id(), parent_span_id=self.span_id
+        )

@@ -178,4 +178,3 @@ class StorageAdapter(ABC):
     def lease(self, thread_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the thread for the `async with` block; raise ThreadBusyError if another
         holder (this process or another) has it. Released when the holder dies."""
-

@@ -105,7 +105,10 @@ class ExecutionContext(ArtModel):
     _reporter: ProgressReporter | None = PrivateAttr(default=None)
 
     def bind(
-        self, *, cancellation: CancellationToken | None = None, reporter: ProgressReporter | None = None
+        self,
+        *,
+        cancellation: CancellationToken | None = None,
+        reporter: ProgressReporter | None = None,
     ) -> ExecutionContext:
         """Attach the run's cancellation token and progress reporter (engine use)."""
         if cancellation is not None:
@@ -147,7 +150,7 @@ class ExecutionContext(ArtModel):
 
 
 class IToolExecutor(ABC):
-    """A tool. Set `schema`; implement `execute` as `async def` or plain `def` (runs in a thread)."""
+    """A tool: set `schema`; write `execute` as `async def` or `def` (run in a worker thread)."""
 
     schema: ToolSchema
 
