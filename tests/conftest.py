@@ -1,0 +1,9 @@
+"""Suite-wide settings. Area fixtures live beside their tests (tests/<area>/conftest.py)."""
+
+import os
+
+# litellm otherwise downloads its model price map at import and retries without network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Never let a test fall back to a real provider or the user's storage.
+os.environ.pop("ART_MODEL", None)
+os.environ.setdefault("ART_STORAGE", "memory://")
