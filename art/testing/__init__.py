@@ -1,0 +1,1 @@
+"""Test helpers for applications built on art: a scripted LLM, fixtures, plan snapshots."""
