@@ -1,0 +1,117 @@
+"""`python -m benchmarks`: measure every figure, print the table, write the JSON report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import GROUPS, Settings, machine_info, print_table, write_json
+
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure art's engine overhead, parallel efficiency, LLM cost, "
+        "throughput, memory and start-up, next to LangGraph on the same DAGs.",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run only these groups (repeatable or comma separated): {', '.join(GROUPS)}",
+    )
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
+    parser.add_argument("--repeats", type=int, default=None, help="measured runs per figure")
+    parser.add_argument(
+        "--llm-latency-ms",
+        type=float,
+        default=None,
+        help="scripted LLM latency for the parallel and throughput figures (default 50)",
+    )
+    parser.add_argument(
+        "--tool-sleep-ms",
+        type=float,
+        default=None,
+        help="how long each tool sleeps in the parallel figure (default 50)",
+    )
+    parser.add_argument("--no-langgraph", action="store_true", help="skip the LangGraph column")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    settings = Settings.quick_settings(args.repeats) if args.quick else Settings()
+    changes: dict[str, object] = {}
+    if args.repeats is not None:
+        changes["repeats"] = max(1, args.repeats)
+    if args.llm_latency_ms is not None:
+        changes["parallel_llm_latency_s"] = args.llm_latency_ms / 1000
+        changes["throughput_llm_latency_s"] = args.llm_latency_ms / 1000
+    if args.tool_sleep_ms is not None:
+        changes["parallel_sleep_s"] = args.tool_sleep_ms / 1000
+    if not changes:
+        return settings
+    from dataclasses import replace
+
+    return replace(settings, **changes)
+
+
+def selected_groups(only: list[str]) -> list[str]:
+    names = [n.strip() for item in only for n in item.split(",") if n.strip()]
+    unknown = [n for n in names if n not in GROUPS]
+    if unknown:
+        sys.exit(f"unknown group {', '.join(unknown)}; choose from {', '.join(GROUPS)}")
+    return [g for g in GROUPS if g in names] if names else list(GROUPS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    settings = settings_from(args)
+    groups = selected_groups(args.only)
+
+    from benchmarks.figures import run_groups
+    from benchmarks.langgraph_side import langgraph_version
+
+    lg_version = None if args.no_langgraph else langgraph_version()
+    if lg_version is None:
+        reason = "--no-langgraph" if args.no_langgraph else "langgraph is not installed"
+        print(
+            f"LangGraph column skipped ({reason}; pip install -e '.[bench]').",
+            file=sys.stderr,
+        )
+    started = time.perf_counter()
+    figures = asyncio.run(run_groups(groups, settings, with_langgraph=lg_version is not None))
+    elapsed = time.perf_counter() - started
+
+    import art
+
+    meta = {
+        "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
+        "quick": settings.quick,
+        "repeats": settings.repeats,
+        "groups": groups,
+        "settings": settings.__dict__,
+        "art_version": art.__version__,
+        "langgraph_version": lg_version,
+        "machine": machine_info(),
+        "elapsed_s": round(elapsed, 1),
+    }
+    write_json(args.json, figures, meta)
+    title = f"art {art.__version__} benchmarks ({'quick' if settings.quick else 'full'}" + (
+        f", LangGraph {lg_version})" if lg_version else ", no LangGraph)"
+    )
+    print_table(figures, title)
+    print(f"JSON written to {args.json} ({elapsed:.0f} s)")
+    return 1 if any(f.error for f in figures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

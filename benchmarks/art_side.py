@@ -1,0 +1,202 @@
+"""Running the workloads on art: the step tool, the scripted LLM, and the LLM-time clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import art
+from benchmarks.workloads import STEP_TOOL, StepFn, is_async
+
+STEP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer"},
+        "inputs": {"type": "array"},
+    },
+    "required": ["n"],
+}
+
+
+def step_tool(fn: StepFn) -> art.IToolExecutor:
+    """An IToolExecutor around a shared step function (async, or sync run in a worker thread)."""
+    schema = art.ToolSchema(
+        name=STEP_TOOL,
+        description="Benchmark step: wait as configured and return n.",
+        input_schema=STEP_SCHEMA,
+    )
+
+    if is_async(fn):
+
+        class AsyncStep(art.IToolExecutor):
+            async def execute(self, input: dict[str, Any], context: Any) -> art.ToolResult:
+                output = await fn(input["n"], input.get("inputs", []))
+                return art.ToolResult(
+                    call_id=context.call_id, tool_name=STEP_TOOL, status="success", output=output
+                )
+
+        tool: art.IToolExecutor = AsyncStep()
+    else:
+
+        class SyncStep(art.IToolExecutor):
+            def execute(self, input: dict[str, Any], context: Any) -> art.ToolResult:
+                output = fn(input["n"], input.get("inputs", []))
+                return art.ToolResult(
+                    call_id=context.call_id, tool_name=STEP_TOOL, status="success", output=output
+                )
+
+        tool = SyncStep()
+    tool.schema = schema
+    return tool
+
+
+def payload_tool(chars: int) -> art.IToolExecutor:
+    """A tool returning a text of `chars` characters: a stand-in for a search result."""
+    text = ("lorem ipsum dolor sit amet " * (chars // 27 + 1))[:chars]
+
+    class Payload(art.IToolExecutor):
+        schema = art.ToolSchema(
+            name=STEP_TOOL,
+            description="Benchmark step: return a fixed text for item n.",
+            input_schema=STEP_SCHEMA,
+        )
+
+        async def execute(self, input: dict[str, Any], context: Any) -> art.ToolResult:
+            return art.ToolResult(
+                call_id=context.call_id,
+                tool_name=STEP_TOOL,
+                status="success",
+                output={"item": input["n"], "text": text},
+            )
+
+    return Payload()
+
+
+# -- the clock around litellm ---------------------------------------------------------------
+
+
+@dataclass
+class LlmCall:
+    phase: str | None
+    seconds: float
+    messages: list[dict[str, Any]]
+    prompt_tokens: int | None
+
+
+@dataclass
+class LlmClock:
+    """Wraps `litellm.acompletion` to time (and optionally keep) every LLM call.
+
+    art imports litellm lazily and looks `acompletion` up at call time, so the
+    wrapper sees each call the engine makes. Time inside it is the LLM's, not
+    the engine's.
+    """
+
+    keep_messages: bool = False
+    seconds: float = 0.0
+    calls: list[LlmCall] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+        self.calls.clear()
+
+    @contextmanager
+    def installed(self) -> Iterator[LlmClock]:
+        import litellm
+
+        original = litellm.acompletion
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            response = await original(*args, **kwargs)
+            elapsed = time.perf_counter() - started
+            self.seconds += elapsed
+            usage = getattr(response, "usage", None)
+            metadata = kwargs.get("metadata") or {}
+            self.calls.append(
+                LlmCall(
+                    phase=metadata.get("art_phase"),
+                    seconds=elapsed,
+                    messages=list(kwargs.get("messages") or []) if self.keep_messages else [],
+                    prompt_tokens=getattr(usage, "prompt_tokens", None),
+                )
+            )
+            return response
+
+        litellm.acompletion = timed
+        try:
+            yield self
+        finally:
+            litellm.acompletion = original
+
+
+# -- instances and runs ---------------------------------------------------------------------
+
+
+def scripted_model(plan: dict[str, Any], latency_s: float) -> Any:
+    from art.testing import ScriptedModel
+
+    return ScriptedModel(planning=plan, synthesis="Done.", latency_s=latency_s)
+
+
+def create_instance(
+    plan: dict[str, Any],
+    tools: list[art.IToolExecutor],
+    *,
+    storage: str = "memory://",
+    llm_latency_s: float = 0.0,
+    execution_config: dict[str, Any] | None = None,
+) -> Any:
+    scripted = scripted_model(plan, llm_latency_s)
+    return art.create_art_instance(
+        model=scripted.model,
+        tools=tools,
+        storage=storage,
+        execution_config=execution_config or {},
+    )
+
+
+@dataclass
+class RunMeasure:
+    wall_s: float
+    llm_s: float
+    response: Any
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def check_response(response: Any, expected_steps: int | None) -> None:
+    meta = response.metadata
+    if meta.status != "success":
+        error = meta.error.message if meta.error else "no error recorded"
+        raise RunFailed(f"art run ended with status {meta.status}: {error}")
+    if expected_steps is not None and meta.tool_calls != expected_steps:
+        raise RunFailed(f"art ran {meta.tool_calls} tool calls, expected {expected_steps}")
+
+
+async def run_once(
+    instance: Any, clock: LlmClock, *, expected_steps: int | None, query: str = "benchmark"
+) -> RunMeasure:
+    """One `aprocess` on a fresh thread; wall time and the time spent in LLM calls."""
+    clock.reset()
+    started = time.perf_counter()
+    response = await instance.aprocess(query, f"bench-{uuid.uuid4().hex}")
+    wall = time.perf_counter() - started
+    check_response(response, expected_steps)
+    return RunMeasure(wall_s=wall, llm_s=clock.seconds, response=response)
+
+
+async def close_instance(instance: Any) -> None:
+    close = getattr(instance, "close", None)
+    if close is None:
+        return
+    result = close()
+    if asyncio.iscoroutine(result):
+        await result

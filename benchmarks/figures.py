@@ -1,0 +1,480 @@
+"""The figures: each group measures art and, where the workload is a DAG, LangGraph.
+
+Every figure is a median over `settings.repeats` runs (after one warm-up run) or a
+ratio of times measured in this same process run, so it holds on a noisy machine.
+art and LangGraph runs alternate, so both see the same load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import art_side, langgraph_side
+from benchmarks.harness import Figure, Settings, median, percentile
+from benchmarks.workloads import (
+    STEP_TOOL,
+    chain,
+    fan_out,
+    layers,
+    make_step_fn,
+    plan_for,
+    random_dag,
+)
+
+LANGGRAPH = "LangGraph"
+US = 1e6
+MS = 1e3
+
+
+class Context:
+    """What every figure needs: settings, whether LangGraph runs, a scratch folder."""
+
+    def __init__(self, settings: Settings, scratch: Path, with_langgraph: bool) -> None:
+        self.settings = settings
+        self.scratch = scratch
+        self.with_langgraph = with_langgraph
+        self.clock = art_side.LlmClock()
+
+    def langgraph_note(self) -> str | None:
+        return None if self.with_langgraph else "langgraph not installed"
+
+
+# -- engine overhead per step -------------------------------------------------------------
+
+
+async def overhead(ctx: Context) -> list[Figure]:
+    s = ctx.settings
+    shapes = [chain(s.overhead_steps), fan_out(s.overhead_steps), random_dag(s.overhead_steps)]
+    fn = make_step_fn(0)
+    tool = art_side.step_tool(fn)
+    figures = []
+    lg_cache: dict[str, list[float]] = {}
+    for storage_kind, target in (("memory", 100.0), ("sqlite", 300.0)):
+        for shape in shapes:
+            storage = (
+                "memory://"
+                if storage_kind == "memory"
+                else f"sqlite:///{ctx.scratch / f'{shape.name}-{uuid.uuid4().hex[:8]}.db'}"
+            )
+            instance = art_side.create_instance(plan_for(shape), [tool], storage=storage)
+            compiled = None
+            if ctx.with_langgraph and shape.name not in lg_cache:
+                compiled, build_s = langgraph_side.time_build(shape, fn)
+                lg_cache[shape.name] = []
+                lg_build = build_s
+            art_per_step, walls, llms = [], [], []
+            for attempt in range(s.repeats + 1):
+                measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
+                if compiled is not None:
+                    lg_wall = await langgraph_side.run_once(compiled, shape)
+                    if attempt:
+                        lg_cache[shape.name].append(lg_wall / shape.size * US)
+                if not attempt:
+                    continue  # warm-up
+                walls.append(measure.wall_s)
+                llms.append(measure.llm_s)
+                art_per_step.append((measure.wall_s - measure.llm_s) / shape.size * US)
+            await art_side.close_instance(instance)
+            lg_samples = lg_cache.get(shape.name, [])
+            details: dict[str, Any] = {
+                "steps": shape.size,
+                "depth": shape.depth,
+                "wall_ms_median": median(walls) * MS,
+                "llm_ms_median": median(llms) * MS,
+            }
+            if compiled is not None:
+                details["langgraph_build_ms"] = lg_build * MS
+            figures.append(
+                Figure(
+                    group="overhead",
+                    name="engine overhead per step",
+                    workload=f"{shape.name} / {storage_kind}",
+                    unit="µs/step",
+                    art=median(art_per_step),
+                    target=target,
+                    other=median(lg_samples) if lg_samples else None,
+                    other_label=(
+                        LANGGRAPH if storage_kind == "memory" else f"{LANGGRAPH} (no persistence)"
+                    ),
+                    samples=art_per_step,
+                    other_samples=lg_samples,
+                    details=details,
+                    note=ctx.langgraph_note(),
+                )
+            )
+    return figures
+
+
+# -- parallel efficiency ------------------------------------------------------------------
+
+
+async def parallel(ctx: Context) -> list[Figure]:
+    s = ctx.settings
+    shape = layers(s.parallel_depth, s.parallel_width)
+    dag_path_s = s.parallel_depth * s.parallel_sleep_s
+    art_critical_s = dag_path_s + 2 * s.parallel_llm_latency_s
+    figures = []
+    for variant, sync in (("async tools", False), ("sync tools in threads", True)):
+        fn = make_step_fn(s.parallel_sleep_s, sync=sync)
+        instance = art_side.create_instance(
+            plan_for(shape),
+            [art_side.step_tool(fn)],
+            llm_latency_s=s.parallel_llm_latency_s,
+            execution_config={"max_concurrency": s.parallel_concurrency},
+        )
+        compiled = langgraph_side.build_graph(shape, fn) if ctx.with_langgraph else None
+        art_ratios, lg_ratios = [], []
+        for attempt in range(s.repeats + 1):
+            measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
+            if compiled is not None:
+                lg_wall = await langgraph_side.run_once(compiled, shape)
+            if not attempt:
+                continue
+            art_ratios.append(measure.wall_s / art_critical_s)
+            if compiled is not None:
+                lg_ratios.append(lg_wall / dag_path_s)
+        await art_side.close_instance(instance)
+        figures.append(
+            Figure(
+                group="parallel",
+                name="parallel efficiency (wall / critical path)",
+                workload=f"{shape.name}, {variant}, {s.parallel_sleep_s * MS:.0f} ms",
+                unit="x",
+                art=median(art_ratios),
+                target=1.10,
+                other=median(lg_ratios) if lg_ratios else None,
+                other_label=LANGGRAPH,
+                samples=art_ratios,
+                other_samples=lg_ratios,
+                details={
+                    "critical_path_ms": art_critical_s * MS,
+                    "langgraph_critical_path_ms": dag_path_s * MS,
+                    "llm_latency_ms": s.parallel_llm_latency_s * MS,
+                    "max_concurrency": s.parallel_concurrency,
+                },
+                note=ctx.langgraph_note(),
+            )
+        )
+    return figures
+
+
+# -- LLM calls and prompt tokens per query -------------------------------------------------
+
+
+async def llm_cost(ctx: Context) -> list[Figure]:
+    import art
+    from benchmarks.baseline import cost_of, price_baseline
+
+    s = ctx.settings
+    tool = art_side.payload_tool(s.cost_output_chars)
+    tool_specs = [tool.schema.model_dump(mode="json", by_alias=True)]
+    clock = art_side.LlmClock(keep_messages=True)
+    query = "Collect every item of the todo list and summarise them."
+    figures = []
+    for size in s.cost_plan_sizes:
+        shape = random_dag(size)
+        plan = plan_for(shape)
+        scripted = art_side.scripted_model(plan, 0.0)
+        instance = art.create_art_instance(model=scripted.model, tools=[tool], storage="memory://")
+        with clock.installed():
+            measure = await art_side.run_once(
+                instance, clock, expected_steps=shape.size, query=query
+            )
+            art_calls = list(clock.calls)
+            outputs = {r.step_id: r.output for r in measure.response.steps}
+            baseline = await price_baseline(
+                model=scripted.model,
+                query=query,
+                plan=plan,
+                tools=tool_specs,
+                outputs=outputs,
+                art_calls=art_calls,
+                result_limit=60_000,
+            )
+        await art_side.close_instance(instance)
+        scripted.unregister()
+        art_cost = cost_of(art_calls)
+        meta = measure.response.metadata
+        workload = f"{size} tool step{'s' if size > 1 else ''}"
+        figures.append(
+            Figure(
+                group="llm_cost",
+                name="LLM calls per query",
+                workload=workload,
+                unit="calls",
+                art=float(meta.llm_calls),
+                target=2.0,
+                op="==",
+                other=float(len(baseline.calls)),
+                other_label="one call per step",
+                details={"art_phases": [c.phase for c in art_calls]},
+            )
+        )
+        figures.append(
+            Figure(
+                group="llm_cost",
+                name="prompt tokens per query",
+                workload=workload,
+                unit="tokens",
+                art=float(art_cost.prompt_tokens),
+                other=float(baseline.prompt_tokens),
+                other_label="one call per step",
+                details={
+                    "counter": "litellm.token_counter (cl100k_base)",
+                    "art_per_call": [c.prompt_tokens for c in art_cost.calls],
+                    "baseline_per_call": [c.prompt_tokens for c in baseline.calls],
+                    "art_reported_prompt_tokens": meta.usage.prompt_tokens,
+                    "art_scripted_words": art_cost.scripted_tokens,
+                    "baseline_scripted_words": baseline.scripted_tokens,
+                    "tool_output_chars": s.cost_output_chars,
+                },
+            )
+        )
+    return figures
+
+
+# -- throughput ---------------------------------------------------------------------------
+
+
+async def throughput(ctx: Context) -> list[Figure]:
+    s = ctx.settings
+    shape = fan_out(s.throughput_plan_width)
+    instance = art_side.create_instance(
+        plan_for(shape),
+        [art_side.step_tool(make_step_fn(0))],
+        llm_latency_s=s.throughput_llm_latency_s,
+    )
+
+    async def one(index: int) -> tuple[float, str | None]:
+        started = time.perf_counter()
+        try:
+            response = await instance.aprocess("benchmark", f"tp-{index}-{uuid.uuid4().hex}")
+            art_side.check_response(response, shape.size)
+        except Exception as exc:
+            return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
+        return time.perf_counter() - started, None
+
+    await asyncio.gather(*(one(i) for i in range(min(20, s.throughput_threads))))  # warm-up
+    ctx.clock.reset()
+    rounds = max(1, min(s.repeats, 3))
+    rates, p50s, p99s, errors = [], [], [], []
+    first_error = None
+    for _ in range(rounds):
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(i) for i in range(s.throughput_threads)))
+        wall = time.perf_counter() - started
+        latencies = [r[0] for r in results]
+        failed = [r[1] for r in results if r[1]]
+        first_error = first_error or (failed[0] if failed else None)
+        rates.append(s.throughput_threads / wall)
+        p50s.append(percentile(latencies, 50) * MS)
+        p99s.append(percentile(latencies, 99) * MS)
+        errors.append(float(len(failed)))
+    await art_side.close_instance(instance)
+    workload = (
+        f"{s.throughput_threads} threads at once, {shape.size}-step plan, "
+        f"LLM {s.throughput_llm_latency_s * MS:.0f} ms"
+    )
+    details = {
+        "rounds": rounds,
+        "first_error": first_error,
+        "min_latency_ms": 2 * s.throughput_llm_latency_s * MS,
+    }
+    common = {"group": "throughput", "workload": workload, "details": details}
+    return [
+        Figure(name="throughput", unit="runs/s", art=median(rates), samples=rates, **common),
+        Figure(name="latency p50", unit="ms", art=median(p50s), samples=p50s, **common),
+        Figure(name="latency p99", unit="ms", art=median(p99s), samples=p99s, **common),
+        Figure(
+            name="errors",
+            unit="runs",
+            art=max(errors),
+            target=0.0,
+            op="==",
+            samples=errors,
+            **common,
+        ),
+    ]
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+def _probe(engine: str, steps: int) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "benchmarks.memory_probe", "--engine", engine]
+    done = subprocess.run(
+        [*argv, "--steps", str(steps)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"memory probe ({engine}) failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+async def memory(ctx: Context) -> list[Figure]:
+    steps = ctx.settings.memory_steps
+    art_result = await asyncio.to_thread(_probe, "art", steps)
+    lg_result = await asyncio.to_thread(_probe, "langgraph", steps) if ctx.with_langgraph else None
+    return [
+        Figure(
+            group="memory",
+            name="peak RSS growth",
+            workload=f"one {steps:,}-step plan (random DAG)",
+            unit="MB",
+            art=art_result["growth_mb"],
+            target=200.0,
+            other=lg_result["growth_mb"] if lg_result else None,
+            other_label=LANGGRAPH,
+            details={"art": art_result, "langgraph": lg_result},
+            note=ctx.langgraph_note(),
+        )
+    ]
+
+
+# -- start-up -----------------------------------------------------------------------------
+
+
+def _time_command(argv: list[str], repeats: int) -> list[float]:
+    samples = []
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
+        if attempt:  # the first run warms the file cache
+            samples.append(elapsed)
+    return samples
+
+
+def _art_cli() -> list[str]:
+    script = shutil.which("art")
+    return [script] if script else [sys.executable, "-c", "from art.cli import main; main()"]
+
+
+async def startup(ctx: Context) -> list[Figure]:
+    repeats = ctx.settings.startup_repeats
+    python = sys.executable
+    bare = await asyncio.to_thread(_time_command, [python, "-c", "pass"], repeats)
+    imports = await asyncio.to_thread(_time_command, [python, "-c", "import art"], repeats)
+    lg_imports = (
+        await asyncio.to_thread(_time_command, [python, "-c", "import langgraph.graph"], repeats)
+        if ctx.with_langgraph
+        else []
+    )
+    figures = [
+        Figure(
+            group="startup",
+            name="start-up",
+            workload="import art",
+            unit="s",
+            art=median(imports),
+            target=0.3,
+            other=median(lg_imports) if lg_imports else None,
+            other_label="import langgraph.graph",
+            samples=imports,
+            other_samples=lg_imports,
+            details={"python_startup_s": median(bare)},
+            note=ctx.langgraph_note(),
+        )
+    ]
+    try:
+        help_samples = await asyncio.to_thread(_time_command, [*_art_cli(), "--help"], repeats)
+        figures.append(
+            Figure(
+                group="startup",
+                name="start-up",
+                workload="art --help",
+                unit="s",
+                art=median(help_samples),
+                target=0.5,
+                samples=help_samples,
+                details={"python_startup_s": median(bare), "command": _art_cli()},
+            )
+        )
+    except RuntimeError as exc:
+        figures.append(
+            Figure(
+                group="startup",
+                name="start-up",
+                workload="art --help",
+                unit="s",
+                target=0.5,
+                error=str(exc),
+            )
+        )
+    return figures
+
+
+FigureFn = Callable[[Context], Awaitable[list[Figure]]]
+
+GROUP_FUNCTIONS: dict[str, FigureFn] = {
+    "overhead": overhead,
+    "parallel": parallel,
+    "llm_cost": llm_cost,
+    "throughput": throughput,
+    "memory": memory,
+    "startup": startup,
+}
+
+
+def expected_keys(settings: Settings, with_langgraph: bool = True) -> set[str]:
+    """The figure keys a full run of every group produces (for the smoke test)."""
+    n = settings.overhead_steps
+    keys = {
+        f"overhead:{shape.name} / {kind}"
+        for kind in ("memory", "sqlite")
+        for shape in (chain(n), fan_out(n), random_dag(n))
+    }
+    shape = layers(settings.parallel_depth, settings.parallel_width)
+    for variant in ("async tools", "sync tools in threads"):
+        keys.add(f"parallel:{shape.name}, {variant}, {settings.parallel_sleep_s * MS:.0f} ms")
+    for size in settings.cost_plan_sizes:
+        keys.add(f"llm_cost:{size} tool step{'s' if size > 1 else ''}")
+    keys.add("memory:" + f"one {settings.memory_steps:,}-step plan (random DAG)")
+    keys.update({"startup:import art", "startup:art --help"})
+    return keys
+
+
+async def run_groups(groups: list[str], settings: Settings, with_langgraph: bool) -> list[Figure]:
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory(prefix="art-bench-") as scratch:
+        ctx = Context(settings, Path(scratch), with_langgraph)
+        with ctx.clock.installed():
+            for group in groups:
+                print(f"measuring {group} ...", file=sys.stderr, flush=True)
+                started = time.perf_counter()
+                try:
+                    figures.extend(await GROUP_FUNCTIONS[group](ctx))
+                except Exception as exc:  # one broken group must not hide the others
+                    figures.append(
+                        Figure(
+                            group=group,
+                            name=group,
+                            workload="-",
+                            unit="",
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
+                    )
+                print(
+                    f"  {group} took {time.perf_counter() - started:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return figures
+
+
+__all__ = ["GROUP_FUNCTIONS", "STEP_TOOL", "Context", "expected_keys", "run_groups"]

@@ -1,0 +1,233 @@
+"""Figures, settings, timing helpers, the results table and the JSON report."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+Comparison = Literal["<=", ">=", "=="]
+
+GROUPS = ("overhead", "parallel", "llm_cost", "throughput", "memory", "startup")
+
+
+@dataclass
+class Figure:
+    """One measured figure: art's value, its target, and the same figure for a comparison."""
+
+    group: str
+    name: str
+    workload: str
+    unit: str
+    art: float | None = None
+    target: float | None = None
+    op: Comparison = "<="
+    other: float | None = None
+    other_label: str | None = None
+    samples: list[float] = field(default_factory=list)
+    other_samples: list[float] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}:{self.workload}"
+
+    @property
+    def passed(self) -> bool | None:
+        if self.art is None or self.target is None:
+            return None
+        if self.op == "<=":
+            return self.art <= self.target
+        if self.op == ">=":
+            return self.art >= self.target
+        return math.isclose(self.art, self.target)
+
+    @property
+    def ratio(self) -> float | None:
+        """art's figure over the comparison's (below 1 means art is lower)."""
+        if self.art is None or not self.other:
+            return None
+        return self.art / self.other
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(key=self.key, passed=self.passed, ratio=self.ratio)
+        return data
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and timings for one run of the suite (`quick` shrinks everything)."""
+
+    quick: bool = False
+    repeats: int = 5
+    # engine overhead
+    overhead_steps: int = 1000
+    # parallel efficiency
+    parallel_depth: int = 4
+    parallel_width: int = 50
+    parallel_sleep_s: float = 0.050
+    parallel_concurrency: int = 64
+    parallel_llm_latency_s: float = 0.050
+    # LLM calls and prompt tokens
+    cost_plan_sizes: tuple[int, ...] = (1, 5, 20, 100)
+    cost_output_chars: int = 400
+    # throughput
+    throughput_threads: int = 1000
+    throughput_llm_latency_s: float = 0.050
+    throughput_plan_width: int = 3
+    # memory
+    memory_steps: int = 10_000
+    # start-up
+    startup_repeats: int = 7
+
+    @classmethod
+    def quick_settings(cls, repeats: int | None = None) -> Settings:
+        return cls(
+            quick=True,
+            repeats=repeats or 1,
+            overhead_steps=40,
+            parallel_depth=2,
+            parallel_width=5,
+            parallel_sleep_s=0.010,
+            parallel_concurrency=8,
+            parallel_llm_latency_s=0.005,
+            cost_plan_sizes=(1, 5),
+            cost_output_chars=100,
+            throughput_threads=20,
+            throughput_llm_latency_s=0.005,
+            memory_steps=200,
+            startup_repeats=2,
+        )
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+# -- machine and report -------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+    except OSError:
+        pass
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gb": memory_gb,
+    }
+
+
+def write_json(path: Path, figures: list[Figure], meta: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        **meta,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "figures": [f.to_json() for f in figures],
+    }
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        text = "0"
+    elif abs(value) >= 1000:
+        text = f"{value:,.0f}"
+    elif abs(value) >= 100:
+        text = f"{value:.0f}"
+    elif abs(value) >= 10:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2f}"
+    return f"{text} {unit}".strip()
+
+
+def fmt_target(figure: Figure) -> str:
+    if figure.target is None:
+        return "report"
+    op = "=" if figure.op == "==" else figure.op
+    return f"{op} {fmt(figure.target, figure.unit)}"
+
+
+def fmt_pass(figure: Figure) -> str:
+    if figure.error:
+        return "ERROR"
+    passed = figure.passed
+    return "-" if passed is None else ("pass" if passed else "FAIL")
+
+
+def table_rows(figures: list[Figure]) -> list[list[str]]:
+    rows = []
+    for f in figures:
+        other = fmt(f.other, f.unit) if f.other is not None else (f.note or "-")
+        label = f.other_label or ""
+        ratio = f"{f.ratio:.2f}" if f.ratio is not None else "-"
+        art_value = fmt(f.art, f.unit) if not f.error else f"error: {f.error[:60]}"
+        rows.append(
+            [f.name, f.workload, art_value, fmt_target(f), fmt_pass(f), label, other, ratio]
+        )
+    return rows
+
+
+HEADERS = ["figure", "workload", "art", "target", "pass", "vs", "LangGraph / baseline", "ratio"]
+
+
+def print_table(figures: list[Figure], title: str) -> None:
+    rows = table_rows(figures)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # rich is a dependency of art, but keep the plain fallback honest
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+        print(title)
+        print("  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)))
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+        return
+    table = Table(title=title)
+    for header in HEADERS:
+        justify = "left" if header in ("figure", "workload", "vs") else "right"
+        table.add_column(header, justify=justify)
+    for row in rows:
+        style = {"FAIL": "red", "ERROR": "red", "pass": "green"}.get(row[4])
+        table.add_row(*row, style=style)
+    Console(file=sys.stdout, width=160).print(table)
