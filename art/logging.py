@@ -1,0 +1,120 @@
+"""Logging through structlog: readable in a terminal, JSON for machines, secrets always redacted.
+
+art's own modules log with `structlog.get_logger(__name__)` and never configure anything;
+the application decides by calling `configure_logging` once. Records from the standard
+library's `logging` (litellm, httpx, ...) go through the same processors, so every line,
+whoever wrote it, is rendered the same way and passes the redaction processor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+__all__ = ["JSON_ENV", "configure_logging", "redact_processor"]
+
+JSON_ENV = "ART_LOG_JSON"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def redact_processor(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """Mask API keys, tokens and passwords anywhere in the event dict (keys and free text)."""
+    from art.redaction import redact
+
+    return redact(event_dict)
+
+
+def _json_from_env() -> bool:
+    return os.environ.get(JSON_ENV, "").strip().lower() in _TRUE
+
+
+def _level_number(level: str | int) -> int:
+    if isinstance(level, int):
+        return level
+    number = logging.getLevelNamesMapping().get(level.upper())
+    if number is None:
+        raise ValueError(f"unknown log level {level!r}; use DEBUG, INFO, WARNING or ERROR")
+    return number
+
+
+class _ArtHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Marks the handler configure_logging installed, so calling it again replaces it."""
+
+
+def configure_logging(
+    json: bool | None = None,
+    level: str | int = "INFO",
+    *,
+    stream: TextIO | None = None,
+) -> None:
+    """Send art's logs (and the standard library's) to `stream` (default: stderr).
+
+    `json=None` reads `ART_LOG_JSON` (1/true/yes): JSON lines when set, otherwise the
+    human-readable console format (coloured when `stream` is a terminal and `NO_COLOR`
+    is unset). Calling it again replaces the previous configuration.
+    """
+    stream = stream if stream is not None else sys.stderr
+    as_json = _json_from_env() if json is None else json
+    level_number = _level_number(level)
+
+    # Runs for structlog and stdlib records alike, before rendering.
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+    renderer: Processor
+    if as_json:
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        colors = _is_terminal(stream) and "NO_COLOR" not in os.environ
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=colors, exception_formatter=structlog.dev.plain_traceback
+        )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            # Tracebacks become text before redaction, so an exception message that
+            # quotes a key is masked too (and local variables are never rendered).
+            structlog.processors.format_exc_info,
+            redact_processor,
+            renderer,
+        ],
+    )
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _ArtHandler)]:
+        root.removeHandler(handler)
+    handler = _ArtHandler(stream)
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+    root.setLevel(level_number)
+
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Module-level loggers created before this call must see the new configuration.
+        cache_logger_on_first_use=False,
+    )
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

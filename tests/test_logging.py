@@ -1,0 +1,131 @@
+"""configure_logging: console and JSON output, the ART_LOG_JSON switch, redaction everywhere."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+import structlog
+
+from art.logging import configure_logging
+
+KEY = "sk-proj-abcdefghijklmnop1234"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Each test configures logging globally; put the defaults back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_json_output_has_level_logger_timestamp_and_fields():
+    out = io.StringIO()
+    configure_logging(json=True, stream=out)
+    structlog.get_logger("art.test").info("plan created", steps=3, thread_id="t1")
+
+    [record] = _json_lines(out.getvalue())
+    assert record["event"] == "plan created"
+    assert record["level"] == "info"
+    assert record["logger"] == "art.test"
+    assert record["steps"] == 3 and record["thread_id"] == "t1"
+    assert record["timestamp"].endswith("Z")
+
+
+def test_console_output_is_human_readable_not_json():
+    out = io.StringIO()
+    configure_logging(json=False, stream=out)
+    structlog.get_logger("art.test").warning("step failed", step_id="s2")
+
+    text = out.getvalue()
+    assert "step failed" in text and "step_id=s2" in text and "warning" in text
+    assert "[art.test]" in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text.splitlines()[0])
+    assert "\x1b[" not in text  # a StringIO is not a terminal: no colour codes
+
+
+def test_env_switch_selects_json(monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setenv("ART_LOG_JSON", "1")
+    configure_logging(stream=out)
+    structlog.get_logger("art.test").info("hello")
+    assert _json_lines(out.getvalue())[0]["event"] == "hello"
+
+    out2 = io.StringIO()
+    monkeypatch.setenv("ART_LOG_JSON", "0")
+    configure_logging(stream=out2)
+    structlog.get_logger("art.test").info("hello")
+    assert not out2.getvalue().startswith("{")
+
+
+def test_secrets_are_redacted_in_fields_messages_and_nested_values():
+    out = io.StringIO()
+    configure_logging(json=True, stream=out)
+    log = structlog.get_logger("art.test")
+    log.info(
+        f"calling provider with {KEY}",
+        api_key=KEY,
+        llm_params={"api_base": "http://x", "apiKey": KEY, "headers": {"Authorization": "x"}},
+        note=f"Authorization: Bearer {KEY}",
+    )
+    text = out.getvalue()
+    assert KEY not in text
+    [record] = _json_lines(text)
+    assert record["api_key"] == "***"
+    assert record["llm_params"]["apiKey"] == "***"
+    assert record["llm_params"]["api_base"] == "http://x"  # not a secret: kept
+    assert "sk-***" in record["event"]
+
+
+def test_exception_text_is_redacted_too():
+    out = io.StringIO()
+    configure_logging(json=True, stream=out)
+    try:
+        raise RuntimeError(f"provider refused key {KEY}")
+    except RuntimeError:
+        structlog.get_logger("art.test").exception("call failed")
+    text = out.getvalue()
+    assert KEY not in text
+    [record] = _json_lines(text)
+    assert "RuntimeError: provider refused key sk-***" in record["exception"]
+
+
+def test_stdlib_loggers_share_the_format_and_redaction():
+    out = io.StringIO()
+    configure_logging(json=True, stream=out)
+    logging.getLogger("LiteLLM").warning("retrying with api_key=%s", KEY)
+    [record] = _json_lines(out.getvalue())
+    assert record["logger"] == "LiteLLM"
+    assert record["level"] == "warning"
+    assert KEY not in record["event"] and "api_key=***" in record["event"]
+
+
+def test_level_filters_and_reconfiguring_replaces_the_handler():
+    out = io.StringIO()
+    configure_logging(json=True, level="WARNING", stream=out)
+    log = structlog.get_logger("art.test")
+    log.info("quiet")
+    log.warning("loud")
+    assert [r["event"] for r in _json_lines(out.getvalue())] == ["loud"]
+
+    second = io.StringIO()
+    configure_logging(json=True, level="DEBUG", stream=second)
+    log.debug("detail")
+    assert [r["event"] for r in _json_lines(second.getvalue())] == ["detail"]
+    assert "detail" not in out.getvalue()  # the first handler was removed, not duplicated
+
+
+def test_unknown_level_is_refused():
+    with pytest.raises(ValueError, match="unknown log level"):
+        configure_logging(level="LOUD", stream=io.StringIO())
