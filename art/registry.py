@@ -1,0 +1,178 @@
+"""ToolRegistry: the tools a run may use, refused at registration when they are unusable.
+
+A tool is refused (ToolRegistrationError) for a duplicate name, a name that is not
+snake_case, a missing or wrong `schema`, an empty description, or an `input_schema`
+that is not valid JSON Schema. Checking here means a broken tool fails when the
+application starts, not halfway through a run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+
+from art.errors import ToolRegistrationError
+from art.serialization import truncate
+from art.tooling import IToolExecutor, ToolSchema
+
+__all__ = ["TOOL_NAME_PATTERN", "ToolRegistry", "build_validator", "input_errors"]
+
+TOOL_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+# One violation line stays readable even when the offending value is huge.
+_MAX_ERROR_LINE = 500
+
+
+def build_validator(input_schema: dict[str, Any], *, check: bool = True) -> Validator:
+    """A jsonschema validator for `input_schema` (its `$schema` dialect, default 2020-12).
+
+    With `check`, the schema itself is checked first (raises `SchemaError`). Formats
+    (`date-time`, `email`, ...) are checked where jsonschema can check them.
+    """
+    validator_cls = jsonschema.validators.validator_for(
+        input_schema, default=jsonschema.Draft202012Validator
+    )
+    if check:
+        validator_cls.check_schema(input_schema)
+    return validator_cls(input_schema, format_checker=validator_cls.FORMAT_CHECKER)
+
+
+def input_errors(validator: Validator, args: Any) -> list[str]:
+    """Every violation of `args` against the validator's schema, one line each.
+
+    Each line starts with the JSON path of the offending value, e.g.
+    `$.items[2].price: -1 is less than the minimum of 0`. Empty when `args` is valid.
+    """
+    if not isinstance(args, Mapping):
+        return [f"$: arguments must be a JSON object, got {type(args).__name__}"]
+    errors = sorted(
+        validator.iter_errors(args), key=lambda e: ([str(p) for p in e.path], e.message)
+    )
+    return [truncate(f"{error.json_path}: {error.message}", _MAX_ERROR_LINE) for error in errors]
+
+
+class ToolRegistry:
+    """The tools available to a run, by name, in registration order."""
+
+    def __init__(self, tools: Iterable[IToolExecutor | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, IToolExecutor] = {}
+        self._validators: dict[str, Validator] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: IToolExecutor | Callable[..., Any]) -> IToolExecutor:
+        """Add a tool (an IToolExecutor instance, or a function wrapped with `art.tool`).
+
+        Returns the registered executor. Raises ToolRegistrationError, with the reason
+        and the fix, when the tool cannot be used.
+        """
+        executor = self._as_executor(tool)
+        schema = _checked_schema(executor)
+        if schema.name in self._tools:
+            existing = type(self._tools[schema.name]).__name__
+            raise ToolRegistrationError(
+                f"a tool named {schema.name!r} is already registered ({existing}); "
+                "tool names must be unique: rename one of them"
+            )
+        try:
+            validator = build_validator(schema.input_schema)
+        except SchemaError as exc:
+            raise ToolRegistrationError(
+                f"tool {schema.name!r}: input_schema is not valid JSON Schema: "
+                f"{exc.message} (at {exc.json_path} in the schema)"
+            ) from exc
+        self._tools[schema.name] = executor
+        self._validators[schema.name] = validator
+        return executor
+
+    def get(self, name: str) -> IToolExecutor | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[IToolExecutor]:
+        return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({self.names()!r})"
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[ToolSchema]:
+        return [tool.schema for tool in self._tools.values()]
+
+    def validator(self, name: str) -> Validator | None:
+        """The compiled input validator of tool `name` (built once, at registration)."""
+        return self._validators.get(name)
+
+    def validate_input(self, name: str, args: Any) -> list[str]:
+        """Every problem with calling tool `name` with `args`; empty when the call is valid."""
+        validator = self._validators.get(name)
+        if validator is None:
+            known = ", ".join(self._tools) or "none"
+            return [f"unknown tool {name!r} (registered tools: {known})"]
+        return input_errors(validator, args)
+
+    @staticmethod
+    def _as_executor(tool: Any) -> IToolExecutor:
+        if isinstance(tool, IToolExecutor):
+            return tool
+        if isinstance(tool, type):
+            raise ToolRegistrationError(
+                f"register an instance, not the class: {tool.__name__}() instead of {tool.__name__}"
+            )
+        if callable(tool):
+            from art.function_tools import tool as function_tool
+
+            try:
+                return function_tool(tool)
+            except ToolRegistrationError:
+                raise
+            except Exception as exc:
+                raise ToolRegistrationError(
+                    f"cannot turn {getattr(tool, '__name__', tool)!r} into a tool: {exc}"
+                ) from exc
+        raise ToolRegistrationError(
+            f"expected an IToolExecutor instance or a function, got {type(tool).__name__}"
+        )
+
+
+def _checked_schema(tool: IToolExecutor) -> ToolSchema:
+    label = type(tool).__name__
+    schema = getattr(tool, "schema", None)
+    if schema is None:
+        raise ToolRegistrationError(
+            f"tool {label} has no schema: set `schema = ToolSchema(name=..., "
+            "description=..., input_schema={...})` on the class"
+        )
+    if not isinstance(schema, ToolSchema):
+        raise ToolRegistrationError(
+            f"tool {label}: schema must be a ToolSchema, got {type(schema).__name__}; "
+            "build it with ToolSchema(...) or ToolSchema.model_validate(...)"
+        )
+    if not TOOL_NAME_PATTERN.match(schema.name):
+        raise ToolRegistrationError(
+            f"tool {label}: name {schema.name!r} is not snake_case; use lower-case letters, "
+            "digits and underscores, starting with a letter (e.g. 'get_weather')"
+        )
+    if not schema.description.strip():
+        raise ToolRegistrationError(
+            f"tool {schema.name!r} has an empty description; say what it does, when to use "
+            "it and what it returns (the planner chooses tools by their descriptions)"
+        )
+    schema_type = schema.input_schema.get("type")
+    if schema_type is not None and schema_type != "object":
+        raise ToolRegistrationError(
+            f"tool {schema.name!r}: input_schema must describe an object (type 'object'), "
+            f"got type {schema_type!r}; tool input is a dict of named arguments"
+        )
+    return schema
