@@ -1,0 +1,267 @@
+"""enable_tracing: art's span tree becomes OpenTelemetry spans with the right parents."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import sys
+from types import SimpleNamespace
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from art.errors import ConfigurationError
+from art.events import EventBus
+from art.spans import SpanContext
+from art.tracing import enable_tracing
+
+
+@pytest.fixture
+def exporter():
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter):
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+def _by_name(spans):
+    return {span.name: span for span in spans}
+
+
+def _parent_id(span):
+    return span.parent.span_id if span.parent else None
+
+
+class FakeRun:
+    """Emits events the way the engine does: run → plan LLM call, steps → tools, synthesis."""
+
+    def __init__(self, bus: EventBus, thread_id: str = "t1", run_id: str = "r1") -> None:
+        self.bus = bus
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.span = SpanContext.root()
+
+    async def emit(self, name, data, span):
+        await self.bus.emit(name, data, thread_id=self.thread_id, run_id=self.run_id, span=span)
+
+    async def llm(self, phase, parent, usage=(10, 5)):
+        span = parent.child()
+        await self.emit("message:before", {"phase": phase, "model": "scripted/m"}, span)
+        await asyncio.sleep(0)
+        usage_dict = {"prompt_tokens": usage[0], "completion_tokens": usage[1]}
+        await self.emit(
+            "message:after", {"phase": phase, "model": "scripted/m", "usage": usage_dict}, span
+        )
+
+    async def step(self, step_id, tool, started: asyncio.Event, other: asyncio.Event | None):
+        span = self.span.child()
+        status = {"step_id": step_id, "tool": tool, "attempt": 1}
+        await self.emit("step:status", {**status, "status": "in_progress"}, span)
+        tool_span = span.child()
+        call = {"step_id": step_id, "call_id": f"c-{step_id}", "tool": tool}
+        await self.emit("tool:update", {**call, "stage": "start"}, tool_span)
+        started.set()
+        if other is not None:  # each step waits until the other one has started
+            await asyncio.wait_for(other.wait(), 2)
+        await self.emit("tool:update", {**call, "stage": "running", "title": "working"}, tool_span)
+        await self.emit("tool:update", {**call, "stage": "end", "status": "success"}, tool_span)
+        await self.emit("step:status", {**status, "status": "completed"}, span)
+
+    async def run_two_concurrent_steps(self):
+        await self.emit("session:start", {"query": "q"}, self.span)
+        await self.llm("planning", self.span)
+        await self.emit("plan:created", {"plan": {"title": "T", "steps": [{}, {}]}}, self.span)
+        a, b = asyncio.Event(), asyncio.Event()
+        await asyncio.gather(self.step("s1", "calculator", a, b), self.step("s2", "clock", b, a))
+        await self.llm("synthesis", self.span, usage=(30, 7))
+        await self.emit(
+            "session:end", {"status": "success", "llm_calls": 2, "tool_calls": 2}, self.span
+        )
+
+
+async def test_one_span_per_run_plan_step_tool_and_llm_call(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    await FakeRun(bus).run_two_concurrent_steps()
+
+    spans = exporter.get_finished_spans()
+    names = sorted(span.name for span in spans)
+    assert names == sorted(
+        [
+            "art.run",
+            "art.plan",
+            "art.llm planning",
+            "art.step s1",
+            "art.step s2",
+            "art.tool calculator",
+            "art.tool clock",
+            "art.llm synthesis",
+        ]
+    )
+    by_name = _by_name(spans)
+    run = by_name["art.run"]
+    assert run.parent is None
+    assert run.attributes["art.thread_id"] == "t1"
+    assert run.attributes["art.status"] == "success"
+    assert run.attributes["art.llm_calls"] == 2
+    assert "art.query" not in run.attributes  # content capture is off by default
+    assert len({span.context.trace_id for span in spans}) == 1
+
+    plan = by_name["art.plan"]
+    assert _parent_id(plan) == run.context.span_id
+    assert plan.attributes["art.plan.steps"] == 2
+    planning = by_name["art.llm planning"]
+    assert _parent_id(planning) == plan.context.span_id
+    assert planning.attributes["gen_ai.request.model"] == "scripted/m"
+    assert planning.attributes["gen_ai.usage.input_tokens"] == 10
+    synthesis = by_name["art.llm synthesis"]
+    assert _parent_id(synthesis) == run.context.span_id
+    assert synthesis.attributes["gen_ai.usage.output_tokens"] == 7
+
+
+async def test_concurrent_steps_keep_their_own_parents(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    await FakeRun(bus).run_two_concurrent_steps()
+
+    by_name = _by_name(exporter.get_finished_spans())
+    run = by_name["art.run"]
+    s1, s2 = by_name["art.step s1"], by_name["art.step s2"]
+    assert _parent_id(s1) == run.context.span_id
+    assert _parent_id(s2) == run.context.span_id
+    assert _parent_id(by_name["art.tool calculator"]) == s1.context.span_id
+    assert _parent_id(by_name["art.tool clock"]) == s2.context.span_id
+    # They really overlapped: each started before the other ended.
+    assert s1.start_time < s2.end_time and s2.start_time < s1.end_time
+    tool = by_name["art.tool calculator"]
+    assert tool.attributes["gen_ai.tool.name"] == "calculator"
+    assert tool.attributes["art.call_id"] == "c-s1"
+    assert [e.name for e in tool.events] == ["art.tool.update"]
+    assert s1.attributes["art.step.status"] == "completed"
+
+
+async def test_two_runs_at_once_stay_in_separate_traces(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    await asyncio.gather(
+        FakeRun(bus, "t1", "r1").run_two_concurrent_steps(),
+        FakeRun(bus, "t2", "r2").run_two_concurrent_steps(),
+    )
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 16
+    roots = [s for s in spans if s.name == "art.run"]
+    assert {r.attributes["art.thread_id"] for r in roots} == {"t1", "t2"}
+    for root in roots:
+        family = [s for s in spans if s.context.trace_id == root.context.trace_id]
+        assert len(family) == 8
+
+
+async def test_failed_step_and_error_status(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    run = FakeRun(bus)
+    await run.emit("session:start", {}, run.span)
+    step = run.span.child()
+    base = {"step_id": "s1", "tool": "calculator"}
+    await run.emit("step:status", {**base, "status": "in_progress"}, step)
+    await run.emit("step:status", {**base, "status": "failed", "reason": "division by zero"}, step)
+    skipped = run.span.child()
+    await run.emit(
+        "step:status", {"step_id": "s2", "status": "skipped", "reason": "s1 failed"}, skipped
+    )
+    error = {"code": "X", "message": "m"}
+    await run.emit("session:end", {"status": "error", "error": error}, run.span)
+
+    by_name = _by_name(exporter.get_finished_spans())
+    failed = by_name["art.step s1"]
+    assert failed.status.status_code == trace.StatusCode.ERROR
+    assert failed.status.description == "division by zero"
+    assert by_name["art.step s2"].attributes["art.step.status"] == "skipped"
+    assert by_name["art.run"].status.status_code == trace.StatusCode.ERROR
+
+
+async def test_session_end_closes_spans_left_open(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    run = FakeRun(bus)
+    await run.emit("session:start", {}, run.span)
+    llm = run.span.child()
+    await run.emit("message:before", {"phase": "synthesis", "model": "m"}, llm)
+    await run.emit("session:end", {"status": "error"}, run.span)  # the call never came back
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["art.llm synthesis", "art.run"]
+
+
+async def test_run_inside_an_application_span_becomes_its_child(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    tracer = provider.get_tracer("app")
+    with tracer.start_as_current_span("http request") as request:
+        await FakeRun(bus).run_two_concurrent_steps()
+    run = _by_name(exporter.get_finished_spans())["art.run"]
+    assert _parent_id(run) == request.get_span_context().span_id
+
+
+async def test_tool_span_is_current_while_the_tool_runs(provider, exporter):
+    """Spans a tool opens itself (an HTTP client, a database driver) nest under its tool span."""
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    run = FakeRun(bus)
+    await run.emit("session:start", {}, run.span)
+    tool_span = run.span.child().child()
+    call = {"step_id": "s1", "call_id": "c1", "tool": "http_get", "stage": "start"}
+    await run.emit("tool:update", call, tool_span)
+    with provider.get_tracer("client").start_as_current_span("GET example.org"):
+        pass
+    await run.emit("tool:update", {**call, "stage": "end"}, tool_span)
+    assert trace.get_current_span() is trace.INVALID_SPAN  # restored after the tool
+    await run.emit("session:end", {}, run.span)
+    by_name = _by_name(exporter.get_finished_spans())
+    assert _parent_id(by_name["GET example.org"]) == by_name["art.tool http_get"].context.span_id
+
+
+async def test_capture_content_records_query_and_args(provider, exporter):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider, capture_content=True)
+    run = FakeRun(bus)
+    await run.emit("session:start", {"query": "what is 2+2"}, run.span)
+    tool_span = run.span.child()
+    call = {"call_id": "c1", "tool": "calculator", "args": {"expression": "2+2"}}
+    await run.emit("tool:update", {**call, "stage": "start"}, tool_span)
+    await run.emit("tool:update", {**call, "stage": "end"}, tool_span)
+    await run.emit("session:end", {}, run.span)
+    by_name = _by_name(exporter.get_finished_spans())
+    assert by_name["art.run"].attributes["art.query"] == "what is 2+2"
+    assert "2+2" in by_name["art.tool calculator"].attributes["art.tool.args"]
+
+
+async def test_disable_stops_recording_and_ends_open_spans(provider, exporter):
+    bus = EventBus()
+    handle = enable_tracing(SimpleNamespace(events=bus), provider)
+    run = FakeRun(bus)
+    await run.emit("session:start", {}, run.span)
+    handle.disable()
+    assert [s.name for s in exporter.get_finished_spans()] == ["art.run"]
+    await FakeRun(bus).run_two_concurrent_steps()
+    assert len(exporter.get_finished_spans()) == 1
+
+
+def test_missing_opentelemetry_is_a_configuration_error(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_otel(name, *args, **kwargs):
+        if name.startswith("opentelemetry"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    for name in [m for m in sys.modules if m.startswith("opentelemetry")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(builtins, "__import__", no_otel)
+    with pytest.raises(ConfigurationError, match=r"pip install 'art-pes\[otel\]'"):
+        enable_tracing(SimpleNamespace(events=EventBus()))
