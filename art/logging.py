@@ -67,7 +67,6 @@ def configure_logging(
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        structlog.stdlib.ExtraAdder(),
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
@@ -104,6 +103,8 @@ def configure_logging(
             structlog.stdlib.filter_by_level,
             *shared,
             structlog.stdlib.PositionalArgumentsFormatter(),
+            # Redacted here too, so other handlers on the root logger never see a key.
+            redact_processor,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),

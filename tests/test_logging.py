@@ -129,3 +129,17 @@ def test_level_filters_and_reconfiguring_replaces_the_handler():
 def test_unknown_level_is_refused():
     with pytest.raises(ValueError, match="unknown log level"):
         configure_logging(level="LOUD", stream=io.StringIO())
+
+
+def test_other_handlers_on_the_root_logger_never_see_a_key_from_structlog():
+    seen: list[logging.LogRecord] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    configure_logging(json=True, stream=io.StringIO())
+    capture = Capture()
+    logging.getLogger().addHandler(capture)
+    structlog.get_logger("art.test").info("calling", api_key=KEY, note=f"key {KEY}")
+    assert seen and all(KEY not in str(record.msg) for record in seen)
