@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from art._models import ArtModel
 from art.spans import SpanContext
@@ -44,7 +44,13 @@ class ToolSchema(ArtModel):
 
 
 class ToolResult(ArtModel):
-    """What a tool returns. `output` is the data carrier; nothing else is read as data."""
+    """What a tool returns. `output` is the data carrier; nothing else is read as data.
+
+    Unknown fields are refused, so `ToolResult(..., data=x)` fails loudly instead of
+    dropping `x` (extra information belongs in `metadata`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     call_id: str
     tool_name: str
@@ -69,16 +75,37 @@ ProgressReporter = Callable[[ProgressStage, dict[str, Any]], None]
 class CancellationToken:
     """A cancellation signal that sync tools (in worker threads) and async tools both read."""
 
-    __slots__ = ("_event", "reason")
+    __slots__ = ("_children", "_event", "_lock", "reason")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._children: list[CancellationToken] = []
         self.reason: str | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
-        if not self._event.is_set():
+        with self._lock:
+            if self._event.is_set():
+                return
             self.reason = reason
             self._event.set()
+            children, self._children = self._children, []
+        for child in children:
+            child.cancel(reason)
+
+    def child(self) -> CancellationToken:
+        """A token cancelled with this one that can also be cancelled on its own.
+
+        Give each tool call its own child of the run's token: a call's timeout then
+        cancels that call only, while cancelling the run still reaches every call.
+        """
+        token = CancellationToken()
+        with self._lock:
+            if not self._event.is_set():
+                self._children.append(token)
+                return token
+        token.cancel(self.reason or "cancelled")
+        return token
 
     @property
     def cancelled(self) -> bool:

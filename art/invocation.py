@@ -1,0 +1,487 @@
+"""invoke_tool: the one path every tool call goes through.
+
+It validates the input, runs the tool (async, or sync in a worker thread), enforces
+the timeout, and checks what came back against the ToolResult contract. It never
+raises: every failure becomes a `status="error"` ToolResult whose
+`metadata["error_code"]` is a ToolErrorCode and whose `metadata["retryable"]` says
+whether trying again may help. The only exception is `asyncio.CancelledError`
+when the caller's own task is cancelled.
+
+Contract decisions (docs/tools.md explains them to tool authors):
+
+- A missing or mismatched `call_id` / `tool_name` is flagged as CONTRACT_VIOLATION,
+  not silently filled: it means the tool built its result from the wrong call.
+- A blocking tool's suspended result without `metadata["suspension_id"]` gets a
+  fresh id (the engine, not the tool, owns suspension ids).
+- An error result without `metadata["error_code"]` gets UNKNOWN, and without
+  `metadata["retryable"]` gets False.
+- Whatever a tool returned that carried data ends up in the result's `output`, even
+  when the result is a contract error, so nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+import structlog
+
+from art.errors import ToolErrorCode
+from art.registry import build_validator, input_errors
+from art.serialization import safe_stringify, to_jsonable
+from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+
+if TYPE_CHECKING:
+    from art.registry import ToolRegistry
+
+__all__ = ["invoke_tool"]
+
+log = structlog.get_logger(__name__)
+
+_RESULT_KEYS = frozenset(
+    {"call_id", "callId", "tool_name", "toolName", "output", "error", "metadata", "data", "result"}
+)
+_STATUSES = ("success", "error", "suspended")
+# Keys under which tools commonly put data that belongs in `output`.
+_MISPLACED_DATA_KEYS = ("data", "result")
+_METADATA_DATA_KEYS = ("output", "data", "result", "results", "value")
+# Bare values and stringified leftovers kept in contract errors are cut to this size.
+_KEPT_TEXT_LENGTH = 60_000
+
+
+async def invoke_tool(
+    tool: IToolExecutor,
+    args: Mapping[str, Any],
+    context: ExecutionContext,
+    *,
+    timeout_s: float | None = None,
+    registry: ToolRegistry | None = None,
+) -> ToolResult:
+    """Run one tool call and return its ToolResult; never raises (except cancellation).
+
+    `registry` supplies the tool's cached input validator when the tool is registered
+    there; otherwise the validator is built for this call. On timeout, and when the
+    awaiting task is cancelled, `context.cancellation` is cancelled so that a sync tool
+    still running in its worker thread can notice (`context.cancelled`) and stop.
+    """
+    name = _tool_name(tool)
+    started = time.perf_counter()
+    try:
+        result = await _invoke(tool, name, args, context, timeout_s, registry)
+    except asyncio.CancelledError:
+        context.cancellation.cancel("cancelled")
+        log.debug("tool call cancelled", tool=name, call_id=context.call_id)
+        raise
+    except Exception as exc:  # a bug on this path must still come back as a result
+        log.debug("tool invocation failed", tool=name, call_id=context.call_id, exc_info=True)
+        result = _failure(
+            name,
+            context,
+            ToolErrorCode.UNKNOWN,
+            f"internal error while invoking the tool: {type(exc).__name__}: {exc}",
+            exception_type=type(exc).__name__,
+        )
+    log.debug(
+        "tool call",
+        tool=name,
+        call_id=context.call_id,
+        step_id=context.step_id,
+        attempt=context.attempt,
+        status=result.status,
+        error_code=result.error_code,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+    )
+    return result
+
+
+async def _invoke(
+    tool: IToolExecutor,
+    name: str,
+    args: Mapping[str, Any],
+    context: ExecutionContext,
+    timeout_s: float | None,
+    registry: ToolRegistry | None,
+) -> ToolResult:
+    schema = getattr(tool, "schema", None)
+    if not isinstance(schema, ToolSchema):
+        return _failure(
+            name,
+            context,
+            ToolErrorCode.CONFIG_ERROR,
+            f"tool {name!r} has no ToolSchema in `schema`; set schema = ToolSchema(...)",
+        )
+    problems = _input_problems(tool, schema, args, registry)
+    if problems is None:
+        return _failure(
+            name,
+            context,
+            ToolErrorCode.CONFIG_ERROR,
+            f"tool {name!r} has an input_schema that is not valid JSON Schema; "
+            "register it with ToolRegistry to see what is wrong",
+        )
+    if problems:
+        listed = "\n".join(f"- {problem}" for problem in problems)
+        return _failure(
+            name,
+            context,
+            ToolErrorCode.VALIDATION_ERROR,
+            f"invalid input for tool {name!r} ({len(problems)} problem"
+            f"{'s' if len(problems) > 1 else ''}):\n{listed}",
+            validation_errors=problems,
+        )
+
+    task = asyncio.current_task()
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            raw = await _execute(tool, dict(args), context)
+    except TimeoutError as exc:
+        if not deadline.expired():  # the tool raised TimeoutError itself
+            return _from_exception(tool, name, context, exc)
+        context.cancellation.cancel(f"timed out after {timeout_s:g} s")
+        return _failure(
+            name,
+            context,
+            ToolErrorCode.TIMEOUT,
+            f"tool {name!r} did not finish within {timeout_s:g} s",
+            retryable=True,
+            timeout_s=timeout_s,
+        )
+    except asyncio.CancelledError as exc:
+        if task is not None and task.cancelling():
+            raise
+        # The tool let a CancelledError of its own escape; our caller was not cancelled.
+        return _failure(
+            name,
+            context,
+            ToolErrorCode.CANCELLED,
+            f"tool {name!r} was cancelled: {exc}" if str(exc) else f"tool {name!r} was cancelled",
+            exception_type=type(exc).__name__,
+        )
+    except (Exception, SystemExit) as exc:
+        return _from_exception(tool, name, context, exc)
+    return _accept(raw, schema, name, context)
+
+
+def _input_problems(
+    tool: IToolExecutor, schema: ToolSchema, args: Any, registry: ToolRegistry | None
+) -> list[str] | None:
+    """The input's violations, or None when the tool's input_schema itself is broken."""
+    validator = None
+    if registry is not None and registry.get(schema.name) is tool:
+        validator = registry.validator(schema.name)
+    if validator is None:
+        try:
+            validator = build_validator(schema.input_schema)
+        except Exception:
+            return None
+    try:
+        return input_errors(validator, args)
+    except Exception:  # e.g. an unresolvable $ref, found only while validating
+        return None
+
+
+async def _execute(tool: IToolExecutor, args: dict[str, Any], context: ExecutionContext) -> Any:
+    execute = tool.execute
+    if inspect.iscoroutinefunction(execute):
+        raw = await execute(args, context)
+    else:
+        # to_thread copies the caller's contextvars into the worker thread.
+        raw = await asyncio.to_thread(execute, args, context)
+    while inspect.isawaitable(raw):  # a plain `def` that returned a coroutine
+        raw = await raw
+    return raw
+
+
+# --- turning what came back into a ToolResult ------------------------------------------
+
+
+def _accept(raw: Any, schema: ToolSchema, name: str, context: ExecutionContext) -> ToolResult:
+    if isinstance(raw, ToolResult):
+        return _checked(raw, schema, name, context)
+    if isinstance(raw, Mapping) and _looks_like_result(raw):
+        return _accept_mapping(raw, schema, name, context)
+    kind = "None" if raw is None else f"a bare {type(raw).__name__}"
+    hint = " (did the tool forget to return?)" if raw is None else ""
+    return _violation(
+        name,
+        context,
+        f"tool {name!r} returned {kind} instead of a ToolResult{hint}; {_output_fix(name)}",
+        output=raw,
+    )
+
+
+def _looks_like_result(raw: Mapping[Any, Any]) -> bool:
+    keys = set(raw)
+    if keys & {"call_id", "callId", "tool_name", "toolName"}:
+        return True
+    return raw.get("status") in _STATUSES and bool(keys & _RESULT_KEYS)
+
+
+def _accept_mapping(
+    raw: Mapping[str, Any], schema: ToolSchema, name: str, context: ExecutionContext
+) -> ToolResult:
+    if "output" not in raw:
+        for key in _MISPLACED_DATA_KEYS:
+            if key in raw:
+                return _violation(
+                    name,
+                    context,
+                    f"tool {name!r} returned its data under {key!r}, which is not read as "
+                    f"data; {_output_fix(name)}",
+                    output=raw[key],
+                )
+    missing = [
+        field
+        for field, alias in (("call_id", "callId"), ("tool_name", "toolName"))
+        if not (raw.get(field) or raw.get(alias))
+    ]
+    if missing:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned a result without {' and '.join(missing)}; {_output_fix(name)}",
+            output=raw.get("output", raw),
+        )
+    try:
+        result = ToolResult.model_validate(dict(raw))
+    except pydantic.ValidationError as exc:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned a malformed ToolResult ({_describe(exc)}); "
+            f"{_output_fix(name)}",
+            output=raw,
+        )
+    return _checked(result, schema, name, context)
+
+
+def _checked(
+    result: ToolResult, schema: ToolSchema, name: str, context: ExecutionContext
+) -> ToolResult:
+    keep = {"output": result.output, "metadata": result.metadata}
+    missing = [field for field in ("call_id", "tool_name") if not getattr(result, field)]
+    if missing:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned a result with an empty {' and '.join(missing)}; "
+            f"{_output_fix(name)}",
+            **keep,
+        )
+    if result.call_id != context.call_id:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned call_id {result.call_id!r} but this call is "
+            f"{context.call_id!r}; set call_id=context.call_id",
+            **keep,
+        )
+    if result.tool_name != name:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned tool_name {result.tool_name!r}; set "
+            f"tool_name={name!r} (self.schema.name)",
+            **keep,
+        )
+    if result.status == "suspended" and schema.mode != "blocking":
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned status='suspended' but its execution_mode is "
+            f"{schema.execution_mode!r}; only blocking tools may suspend: set "
+            "execution_mode='blocking' in its ToolSchema, or return 'success' or 'error'",
+            **keep,
+        )
+    if result.status == "error" and not result.error:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned status='error' without an error message; set "
+            "ToolResult.error to a sentence saying what failed",
+            **keep,
+        )
+    if result.status == "success" and result.output is None:
+        misplaced = [key for key in _METADATA_DATA_KEYS if key in result.metadata]
+        if misplaced:
+            return _violation(
+                name,
+                context,
+                f"tool {name!r} returned output=None with its data in "
+                f"metadata[{misplaced[0]!r}]; {_output_fix(name)}",
+                output=result.metadata[misplaced[0]],
+                metadata=result.metadata,
+            )
+    try:
+        output = to_jsonable(result.output)
+    except TypeError as exc:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned an output that cannot be serialized ({exc}); "
+            "return JSON-compatible data in ToolResult.output",
+            **keep,
+        )
+    try:
+        metadata = to_jsonable(result.metadata)
+    except TypeError as exc:
+        return _violation(
+            name,
+            context,
+            f"tool {name!r} returned metadata that cannot be serialized ({exc}); "
+            "put only JSON-compatible values in ToolResult.metadata",
+            **keep,
+        )
+    if result.status == "suspended":
+        metadata.setdefault("suspension_id", uuid.uuid4().hex)
+    elif result.status == "error":
+        metadata.setdefault("error_code", ToolErrorCode.UNKNOWN.value)
+        metadata.setdefault("retryable", False)
+    return result.model_copy(update={"output": output, "metadata": metadata})
+
+
+# --- error results ---------------------------------------------------------------------
+
+
+def _from_exception(
+    tool: IToolExecutor, name: str, context: ExecutionContext, exc: BaseException
+) -> ToolResult:
+    if isinstance(exc, pydantic.ValidationError) and exc.title == ToolResult.__name__:
+        return _bad_construction(name, context, exc)
+    code = _code_for(exc)
+    message = str(exc)
+    return _failure(
+        name,
+        context,
+        code,
+        f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+        retryable=code == ToolErrorCode.TIMEOUT or isinstance(exc, ConnectionError),
+        exception_type=type(exc).__name__,
+    )
+
+
+def _code_for(exc: BaseException) -> ToolErrorCode:
+    own = getattr(exc, "code", None)
+    if isinstance(own, str) and own in ToolErrorCode.__members__:
+        return ToolErrorCode(own)
+    if isinstance(exc, TimeoutError):
+        return ToolErrorCode.TIMEOUT
+    if isinstance(exc, PermissionError):
+        return ToolErrorCode.PERMISSION_DENIED
+    if isinstance(exc, FileNotFoundError | NotADirectoryError | IsADirectoryError):
+        return ToolErrorCode.NOT_FOUND
+    if isinstance(exc, OSError):
+        return ToolErrorCode.IO_ERROR
+    return ToolErrorCode.UNKNOWN
+
+
+def _bad_construction(
+    name: str, context: ExecutionContext, exc: pydantic.ValidationError
+) -> ToolResult:
+    """The tool raised while building its ToolResult, e.g. `ToolResult(..., data=x)`."""
+    unknown = {
+        str(error["loc"][0]): error.get("input")
+        for error in exc.errors()
+        if error["type"] == "extra_forbidden" and error["loc"]
+    }
+    for key in _MISPLACED_DATA_KEYS:
+        if key in unknown:
+            return _violation(
+                name,
+                context,
+                f"tool {name!r} built ToolResult with {key}=..., but ToolResult has no field "
+                f"{key!r}; {_output_fix(name)}",
+                output=unknown[key],
+                exception_type=type(exc).__name__,
+            )
+    return _violation(
+        name,
+        context,
+        f"tool {name!r} built an invalid ToolResult ({_describe(exc)}); {_output_fix(name)}",
+        output=unknown or None,
+        exception_type=type(exc).__name__,
+    )
+
+
+def _output_fix(name: str) -> str:
+    return (
+        "return the data in ToolResult.output: ToolResult(call_id=context.call_id, "
+        f"tool_name={name!r}, status='success', output=<your value>)"
+    )
+
+
+def _describe(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "result"
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def _violation(
+    name: str,
+    context: ExecutionContext,
+    message: str,
+    *,
+    output: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> ToolResult:
+    """A CONTRACT_VIOLATION result that keeps what the tool returned."""
+    kept_metadata = {str(key): _kept(value) for key, value in (metadata or {}).items()}
+    return _failure(
+        name,
+        context,
+        ToolErrorCode.CONTRACT_VIOLATION,
+        f"contract violation: {message}",
+        output=_kept(output),
+        base_metadata=kept_metadata,
+        **extra,
+    )
+
+
+def _kept(value: Any) -> Any:
+    """`value` as JSON data, or as text when it cannot be converted."""
+    try:
+        return to_jsonable(value)
+    except TypeError:
+        return safe_stringify(value, max_length=_KEPT_TEXT_LENGTH)
+
+
+def _failure(
+    name: str,
+    context: ExecutionContext,
+    code: ToolErrorCode,
+    message: str,
+    *,
+    output: Any = None,
+    retryable: bool = False,
+    base_metadata: Mapping[str, Any] | None = None,
+    **metadata: Any,
+) -> ToolResult:
+    return ToolResult(
+        call_id=context.call_id,
+        tool_name=name,
+        status="error",
+        output=output,
+        error=message,
+        metadata={
+            **(base_metadata or {}),
+            **metadata,
+            "error_code": code.value,
+            "retryable": retryable,
+        },
+    )
+
+
+def _tool_name(tool: Any) -> str:
+    schema = getattr(tool, "schema", None)
+    name = getattr(schema, "name", None)
+    return name if isinstance(name, str) and name else type(tool).__name__
