@@ -1,0 +1,626 @@
+"""Every LLM call art makes: litellm (imported lazily), events, retries, error codes, usage, cost.
+
+`LLMClient.complete` is the one path. It emits `message:before` (a hook may edit the
+messages that are sent) and `message:after`; when streaming, `chunk:before`/`chunk:after`
+per token chunk and `buffer:flush` per group of chunks (`StreamBuffer`, seed 004). Provider
+exceptions become `ModelError` with a `ModelErrorCode`; retryable codes are retried with
+exponential backoff that honours `retry-after`. API keys never leave this module: every
+error message is passed through `art.redaction.redact`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import os
+import random
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from art.errors import ModelError, ModelErrorCode
+from art.events import HookVeto
+from art.redaction import is_secret_key, redact, secrets_from_params
+from art.usage import TokenUsage
+
+if TYPE_CHECKING:
+    from art.config import BufferConfig
+    from art.context import RunContext
+    from art.spans import SpanContext
+
+__all__ = [
+    "MAX_RETRY_DELAY_S",
+    "Flush",
+    "LLMClient",
+    "LLMPhase",
+    "LLMResult",
+    "StreamBuffer",
+    "context_window",
+    "count_tokens",
+    "map_provider_error",
+    "retry_delay_s",
+    "supports_response_schema",
+]
+
+log = structlog.get_logger(__name__)
+
+LLMPhase = Literal["planning", "step", "synthesis", "replan"]
+FlushReason = Literal["size", "time", "completion"]
+
+# No single wait between retries is longer than this, whatever `retry-after` says.
+MAX_RETRY_DELAY_S = 30.0
+# llm_params keys art sets itself; a caller's value would break the call's bookkeeping.
+_RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
+
+
+@functools.cache
+def _litellm() -> Any:
+    """Import litellm on first use (it takes seconds) with the offline price map."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+    from litellm.types.utils import Delta, Message, ModelResponseStream, StreamingChoices
+
+    # litellm prints "Give Feedback / Get Help" banners to stdout on every provider error.
+    litellm.suppress_debug_info = True
+    # litellm's response types build their pydantic schemas on first use and warn about
+    # their own TypedDicts then; build them now, quietly, so that applications running
+    # with warnings as errors (pytest's filterwarnings) do not fail on litellm's warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Message(content="")
+        ModelResponseStream(choices=[StreamingChoices(delta=Delta(content=""))])
+        litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": ""}}])
+    return litellm
+
+
+@dataclass
+class LLMResult:
+    """What one completed LLM call produced."""
+
+    content: str
+    usage: TokenUsage
+    cost: float | None
+    model: str
+    finish_reason: str | None
+
+
+# -- streaming buffer (seed 004) ----------------------------------------------------------
+
+
+@dataclass
+class Flush:
+    """A group of streamed chunks released together (`buffer:flush`)."""
+
+    chunks: list[str]
+    reason: FlushReason
+    duration_ms: float
+
+
+@dataclass
+class StreamBuffer:
+    """Groups streamed chunks by count (`size`), age (`time`) or both (`hybrid`).
+
+    Pure bookkeeping: the caller adds chunks, asks how long until a time flush is due,
+    and finishes the stream. `clock` returns seconds (monotonic).
+    """
+
+    config: BufferConfig
+    clock: Callable[[], float] = time.monotonic
+    _chunks: list[str] = field(default_factory=list)
+    _started: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    @property
+    def _uses_size(self) -> bool:
+        return self.config.strategy in ("size", "hybrid")
+
+    @property
+    def _uses_time(self) -> bool:
+        return self.config.strategy in ("time", "hybrid")
+
+    def add(self, chunk: str) -> Flush | None:
+        """Buffer `chunk`; return the flush it triggers, if any."""
+        if not self._chunks:
+            self._started = self.clock()
+        self._chunks.append(chunk)
+        if self._uses_size and len(self._chunks) >= self.config.max_size:
+            return self._flush("size")
+        return self.flush_if_due()
+
+    def due_in(self) -> float | None:
+        """Seconds until a time flush is due (0 when overdue); None when none can be due."""
+        if not self._chunks or not self._uses_time or self._started is None:
+            return None
+        elapsed = self.clock() - self._started
+        return max(0.0, self.config.max_time_ms / 1000.0 - elapsed)
+
+    def flush_if_due(self) -> Flush | None:
+        due = self.due_in()
+        if due is not None and due <= 0.0:
+            return self._flush("time")
+        return None
+
+    def finish(self) -> Flush | None:
+        """The stream ended: release what is left when `auto_flush` is on."""
+        if self._chunks and self.config.auto_flush:
+            return self._flush("completion")
+        self._chunks = []
+        self._started = None
+        return None
+
+    def _flush(self, reason: FlushReason) -> Flush:
+        started = self._started if self._started is not None else self.clock()
+        flush = Flush(list(self._chunks), reason, (self.clock() - started) * 1000.0)
+        self._chunks = []
+        self._started = None
+        return flush
+
+
+# -- model capabilities -------------------------------------------------------------------
+
+
+def supports_response_schema(model: str) -> bool:
+    """Whether litellm says `model` accepts a JSON schema `response_format` (False on doubt)."""
+    try:
+        return bool(_litellm().supports_response_schema(model=model))
+    except Exception:
+        return False
+
+
+def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
+    """Prompt tokens of `messages` for `model`; a characters/4 estimate when litellm cannot."""
+    try:
+        return int(_litellm().token_counter(model=model, messages=messages))
+    except Exception:
+        chars = sum(len(str(m.get("content") or "")) + 8 for m in messages)
+        return chars // 4 + 1
+
+
+def context_window(model: str) -> int | None:
+    """The model's input token limit, or None when litellm does not know the model."""
+    try:
+        info = _litellm().get_model_info(model=model)
+    except Exception:
+        return None
+    for key in ("max_input_tokens", "max_tokens"):
+        value = info.get(key) if isinstance(info, Mapping) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+# -- provider errors ----------------------------------------------------------------------
+
+_MISSING_KEY_HINTS = (
+    "missing credentials",
+    "api key not set",
+    "api_key client option must be set",
+    "no api key",
+    "api key is missing",
+    "missing api key",
+    "api_key is not set",
+    "please set an api key",
+    "please pass an `api_key`",
+)
+
+
+def _is_missing_key(message: str) -> bool:
+    lowered = message.lower()
+    if any(hint in lowered for hint in _MISSING_KEY_HINTS):
+        return True
+    return "missing" in lowered and "api key" in lowered
+
+
+def _retry_after_s(exc: BaseException) -> float | None:
+    """The provider's `retry-after` (seconds or HTTP date, or `retry-after-ms`), if sent."""
+    header_sources = [getattr(exc, "headers", None)]
+    response = getattr(exc, "response", None)
+    header_sources.append(getattr(response, "headers", None))
+    for headers in header_sources:
+        if not headers:
+            continue
+        try:
+            millis = headers.get("retry-after-ms")
+            if millis is not None:
+                return max(0.0, float(millis) / 1000.0)
+            value = headers.get("retry-after")
+        except Exception:
+            continue
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except (TypeError, ValueError):
+            pass
+        try:
+            when = email.utils.parsedate_to_datetime(str(value))
+        except (TypeError, ValueError):
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return None
+
+
+def _code_for(exc: BaseException, message: str) -> ModelErrorCode:
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return ModelErrorCode.TIMEOUT
+    try:
+        import litellm.exceptions as lx
+    except Exception:  # pragma: no cover - litellm is a dependency
+        return ModelErrorCode.UNKNOWN
+    if _is_missing_key(message):
+        return ModelErrorCode.PROVIDER_NOT_CONFIGURED
+    # Subclasses before their bases: Timeout is an APIConnectionError,
+    # ContextWindowExceededError a BadRequestError.
+    ordered: list[tuple[type[BaseException], ModelErrorCode]] = [
+        (lx.ContextWindowExceededError, ModelErrorCode.CONTEXT_LENGTH_EXCEEDED),
+        (lx.Timeout, ModelErrorCode.TIMEOUT),
+        (lx.RateLimitError, ModelErrorCode.RATE_LIMITED),
+        (lx.AuthenticationError, ModelErrorCode.AUTHENTICATION_ERROR),
+        (lx.PermissionDeniedError, ModelErrorCode.AUTHENTICATION_ERROR),
+        (lx.NotFoundError, ModelErrorCode.MODEL_NOT_FOUND),
+        (lx.APIResponseValidationError, ModelErrorCode.INVALID_RESPONSE),
+        (lx.ServiceUnavailableError, ModelErrorCode.NETWORK_ERROR),
+        (lx.InternalServerError, ModelErrorCode.NETWORK_ERROR),
+        (lx.BadGatewayError, ModelErrorCode.NETWORK_ERROR),
+        (lx.APIConnectionError, ModelErrorCode.NETWORK_ERROR),
+    ]
+    for kind, code in ordered:
+        if isinstance(exc, kind):
+            return code
+    if isinstance(exc, lx.BadRequestError):
+        if "llm provider not provided" in message.lower() or isinstance(
+            exc, lx.LiteLLMUnknownProvider
+        ):
+            return ModelErrorCode.PROVIDER_NOT_SUPPORTED
+        return ModelErrorCode.UNKNOWN
+    if isinstance(exc, ConnectionError):
+        return ModelErrorCode.NETWORK_ERROR
+    return ModelErrorCode.UNKNOWN
+
+
+_HINTS: dict[ModelErrorCode, str] = {
+    ModelErrorCode.PROVIDER_NOT_CONFIGURED: (
+        "set the provider's API key in the environment or pass llm_params={'api_key': ...}"
+    ),
+    ModelErrorCode.PROVIDER_NOT_SUPPORTED: (
+        "name the provider in the model string, e.g. 'openai/gpt-4o-mini' or 'ollama/llama3'"
+    ),
+    ModelErrorCode.AUTHENTICATION_ERROR: "check the API key and its permissions",
+    ModelErrorCode.MODEL_NOT_FOUND: "check the model name and that your account can use it",
+    ModelErrorCode.CONTEXT_LENGTH_EXCEEDED: (
+        "lower tool_result_max_length or use a model with a larger context window"
+    ),
+}
+
+
+def map_provider_error(
+    exc: BaseException, *, model: str, secrets: frozenset[str] = frozenset()
+) -> ModelError:
+    """The ModelError for a provider exception, its message redacted and with a hint."""
+    if isinstance(exc, ModelError):
+        return exc
+    original = getattr(exc, "original_exception", None)  # litellm's MidStreamFallbackError
+    if isinstance(original, BaseException):
+        exc = original
+    raw = str(exc) or type(exc).__name__
+    code = _code_for(exc, raw)
+    message = f"{model}: {raw.strip()}"
+    hint = _HINTS.get(code)
+    if hint:
+        message = f"{message} ({hint})"
+    return ModelError(redact(message, secrets), code, retry_after_s=_retry_after_s(exc))
+
+
+def retry_delay_s(attempt: int, base_s: float, retry_after_s: float | None) -> float:
+    """How long to wait before retry `attempt` (1-based): exponential, at least retry-after."""
+    backoff = base_s * (2 ** (attempt - 1)) if base_s > 0 else 0.0
+    backoff *= 1.0 + random.random() * 0.1  # a little jitter so callers do not retry in step
+    delay = max(backoff, retry_after_s or 0.0)
+    return min(delay, MAX_RETRY_DELAY_S)
+
+
+def _env_secrets() -> frozenset[str]:
+    """Values of environment variables that hold keys (OPENAI_API_KEY, ...), to mask them."""
+    return frozenset(
+        value
+        for name, value in os.environ.items()
+        if len(value) >= 8 and is_secret_key(name) and name != "LITELLM_LOCAL_MODEL_COST_MAP"
+    )
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+class _Stop:
+    """Marks the end of a stream in `_next_chunk` (StopAsyncIteration cannot cross a task)."""
+
+
+_STOP = _Stop()
+
+
+async def _next_chunk(iterator: AsyncIterator[Any]) -> Any:
+    try:
+        return await anext(iterator)
+    except StopAsyncIteration:
+        return _STOP
+
+
+class _StreamAborted(Exception):
+    """A stream failed after chunks were delivered: retrying would repeat them."""
+
+    def __init__(self, error: ModelError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class LLMClient:
+    """Makes the LLM calls of every phase through `litellm.acompletion`."""
+
+    def __init__(self, llm_params: dict[str, Any] | None = None) -> None:
+        self.llm_params: dict[str, Any] = {
+            key: value for key, value in (llm_params or {}).items() if key not in _RESERVED_PARAMS
+        }
+        self._secrets = secrets_from_params(self.llm_params) | _env_secrets()
+
+    def __repr__(self) -> str:
+        return f"LLMClient(llm_params={redact(self.llm_params, self._secrets)!r})"
+
+    def redact(self, value: Any) -> Any:
+        """`value` with this client's keys and every known secret shape masked."""
+        return redact(value, self._secrets)
+
+    async def complete(
+        self,
+        run: RunContext,
+        *,
+        phase: LLMPhase,
+        model: str,
+        messages: list[dict[str, Any]],
+        span: SpanContext,
+        response_format: dict[str, Any] | None = None,
+        stream: bool = False,
+    ) -> LLMResult:
+        """One LLM call, retried on retryable provider errors; raises ModelError or HookVeto."""
+        data = await run.events.emit(
+            "message:before",
+            {"phase": phase, "model": model, "messages": messages},
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            span=span,
+        )
+        sent_messages = data.get("messages", messages) if isinstance(data, dict) else messages
+        kwargs = self._call_kwargs(run, phase, model, sent_messages, response_format, stream)
+
+        attempt = 0
+        started = time.perf_counter()
+        while True:
+            attempt += 1
+            try:
+                if stream:
+                    result = await self._stream(run, phase, model, kwargs, span)
+                else:
+                    result = await self._once(model, kwargs)
+                break
+            except _StreamAborted as aborted:
+                raise aborted.error from aborted.__cause__
+            except (HookVeto, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                error = map_provider_error(exc, model=model, secrets=self._secrets)
+                if not error.retryable or attempt > run.config.llm_max_retries:
+                    log.warning("llm call failed", phase=phase, model=model, code=str(error.code))
+                    raise error from None
+                delay = retry_delay_s(attempt, run.config.retry_backoff_s, error.retry_after_s)
+                log.info(
+                    "llm call retried",
+                    phase=phase,
+                    model=model,
+                    code=str(error.code),
+                    attempt=attempt,
+                    delay_s=round(delay, 3),
+                )
+                await run.events.emit(
+                    "error",
+                    {
+                        "source": "llm",
+                        "phase": phase,
+                        "model": model,
+                        "code": str(error.code),
+                        "message": error.message,
+                        "attempt": attempt,
+                        "retry_in_s": delay,
+                        "recoverable": True,
+                    },
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                    span=span,
+                )
+                await asyncio.sleep(delay)
+
+        run.stats.add_llm_call(result.usage, result.cost)
+        await run.events.emit(
+            "message:after",
+            {
+                "phase": phase,
+                "model": model,
+                "content": result.content,
+                "usage": result.usage.model_dump(),
+                "cost": result.cost,
+                "duration_ms": (time.perf_counter() - started) * 1000.0,
+                "finish_reason": result.finish_reason,
+            },
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            span=span,
+        )
+        return result
+
+    def _call_kwargs(
+        self,
+        run: RunContext,
+        phase: LLMPhase,
+        model: str,
+        messages: list[dict[str, Any]],
+        response_format: dict[str, Any] | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(self.llm_params)
+        metadata = dict(kwargs.pop("metadata", None) or {})
+        metadata.update(
+            {
+                "art_phase": phase,
+                "thread_id": run.thread_id,
+                "trace_id": run.trace_id,
+                "run_id": run.run_id,
+            }
+        )
+        kwargs.update(model=model, messages=messages, metadata=metadata)
+        kwargs.setdefault("max_retries", 0)  # art retries; the provider SDK must not as well
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        if stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+        return kwargs
+
+    async def _once(self, model: str, kwargs: dict[str, Any]) -> LLMResult:
+        litellm = _litellm()
+        response = await litellm.acompletion(**kwargs)
+        choices = getattr(response, "choices", None) or []
+        message = getattr(choices[0], "message", None) if choices else None
+        content = getattr(message, "content", None) or ""
+        finish_reason = getattr(choices[0], "finish_reason", None) if choices else None
+        usage = TokenUsage.from_provider(getattr(response, "usage", None))
+        return LLMResult(
+            content=content,
+            usage=usage,
+            cost=_response_cost(litellm, response, model, usage),
+            model=getattr(response, "model", None) or model,
+            finish_reason=finish_reason,
+        )
+
+    async def _stream(
+        self,
+        run: RunContext,
+        phase: LLMPhase,
+        model: str,
+        kwargs: dict[str, Any],
+        span: SpanContext,
+    ) -> LLMResult:
+        litellm = _litellm()
+        response = await litellm.acompletion(**kwargs)
+        iterator = response.__aiter__()
+        buffer = StreamBuffer(run.config.buffer)
+        parts: list[str] = []
+        usage_raw: Any = None
+        finish_reason: str | None = None
+        response_model: str | None = None
+        sequence = 0
+        delivered = False
+        pending: asyncio.Future[Any] | None = None
+
+        async def emit(name: str, data: dict[str, Any]) -> dict[str, Any]:
+            return await run.events.emit(
+                name, data, thread_id=run.thread_id, run_id=run.run_id, span=span
+            )
+
+        async def release(flush: Flush | None) -> None:
+            if flush is not None:
+                await emit(
+                    "buffer:flush",
+                    {
+                        "phase": phase,
+                        "chunks": flush.chunks,
+                        "flush_reason": flush.reason,
+                        "duration_ms": flush.duration_ms,
+                    },
+                )
+
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(_next_chunk(iterator))
+                # Wake for a time flush even while the provider is silent.
+                done, _ = await asyncio.wait({pending}, timeout=buffer.due_in())
+                if not done:
+                    await release(buffer.flush_if_due())
+                    continue
+                item, pending = pending.result(), None
+                if item is _STOP:
+                    break
+                response_model = getattr(item, "model", None) or response_model
+                if getattr(item, "usage", None):
+                    usage_raw = item.usage
+                choices = getattr(item, "choices", None) or []
+                if not choices:
+                    continue
+                finish_reason = getattr(choices[0], "finish_reason", None) or finish_reason
+                delta = getattr(choices[0], "delta", None)
+                text = getattr(delta, "content", None) if delta is not None else None
+                if not text:
+                    continue
+                try:
+                    edited = await emit(
+                        "chunk:before", {"phase": phase, "chunk": text, "sequence": sequence}
+                    )
+                except HookVeto:
+                    sequence += 1  # a vetoed chunk is dropped from the answer
+                    continue
+                text = str(edited.get("chunk", text)) if isinstance(edited, dict) else text
+                parts.append(text)
+                delivered = True
+                await release(buffer.add(text))
+                await emit("chunk:after", {"phase": phase, "chunk": text, "sequence": sequence})
+                sequence += 1
+        except (HookVeto, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            if delivered:
+                error = map_provider_error(exc, model=model, secrets=self._secrets)
+                raise _StreamAborted(error) from None
+            raise
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+        await release(buffer.finish())
+
+        usage = TokenUsage.from_provider(usage_raw)
+        return LLMResult(
+            content="".join(parts),
+            usage=usage,
+            cost=_tokens_cost(litellm, model, usage),
+            model=response_model or model,
+            finish_reason=finish_reason,
+        )
+
+
+def _response_cost(litellm: Any, response: Any, model: str, usage: TokenUsage) -> float | None:
+    try:
+        cost = litellm.completion_cost(completion_response=response, model=model)
+    except Exception:
+        return _tokens_cost(litellm, model, usage)
+    return float(cost) if cost is not None else None
+
+
+def _tokens_cost(litellm: Any, model: str, usage: TokenUsage) -> float | None:
+    if not usage.total_tokens:
+        return None
+    try:
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+        )
+    except Exception:
+        return None
+    return float(prompt_cost) + float(completion_cost)

@@ -1,0 +1,105 @@
+"""art.redaction: secrets never leave art, whatever shape they take."""
+
+from __future__ import annotations
+
+import pytest
+
+from art.redaction import MASK, is_secret_key, redact, secrets_from_params
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Incorrect API key provided: sk-proj-AbCdEf0123456789xyz.", "sk-proj-AbCdEf0123456789xyz"),
+        ("key sk-ant-api03-abcdefghijklmnop rejected", "sk-ant-api03-abcdefghijklmnop"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9"),
+        ("https://x/v1?api_key=abcd1234efgh&q=1", "abcd1234efgh"),
+        ('{"apiKey": "zyxw9876vuts"}', "zyxw9876vuts"),
+        ("password: hunter2hunter2", "hunter2hunter2"),
+        (
+            "google AIzaSyA1234567890abcdefghijklmnopqrstuv",
+            "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+        ),
+        ("aws AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+        ("gh ghp_abcdefghijklmnopqrstuvwxyz0123", "ghp_abcdefghijklmnopqrstuvwxyz0123"),
+        ("hf hf_abcdefghijklmnopqrstuvwx", "hf_abcdefghijklmnopqrstuvwx"),
+    ],
+)
+def test_known_secret_shapes_are_masked_in_text(text, secret):
+    masked = redact(text)
+    assert secret not in masked
+    assert MASK in masked
+
+
+def test_ordinary_text_is_left_alone():
+    text = "The answer is 42: computed by calculator (s1) at 10:30, key points below."
+    assert redact(text) == text
+
+
+def test_values_under_secret_keys_are_masked_and_other_values_keep_their_type():
+    data = {
+        "api_key": "abc",
+        "apiKey": "def",
+        "headers": {"Authorization": "Basic xyz", "Accept": "json"},
+        "client_secret": 12345,
+        "max_tokens": 100,
+        "temperature": 0.2,
+        "stream": True,
+        "items": [{"token": "t0k3n"}, None],
+        "thread_id": "t-1",
+    }
+    assert redact(data) == {
+        "api_key": MASK,
+        "apiKey": MASK,
+        "headers": {"Authorization": MASK, "Accept": "json"},
+        "client_secret": MASK,
+        "max_tokens": 100,
+        "temperature": 0.2,
+        "stream": True,
+        "items": [{"token": MASK}, None],
+        "thread_id": "t-1",
+    }
+
+
+def test_the_input_is_not_modified():
+    data = {"api_key": "abc", "nested": ["sk-abcdefghijklmnop"]}
+    redact(data)
+    assert data == {"api_key": "abc", "nested": ["sk-abcdefghijklmnop"]}
+
+
+def test_named_secrets_are_masked_anywhere():
+    secrets = secrets_from_params({"api_key": "plainvalue99", "extra": {"x-token": "tok-777777"}})
+    assert secrets == {"plainvalue99", "tok-777777"}
+    masked = redact(("failed with plainvalue99", {"msg": "tok-777777 expired"}), secrets)
+    assert masked == (f"failed with {MASK}", {"msg": f"{MASK} expired"})
+
+
+def test_short_values_are_not_treated_as_secrets_in_free_text():
+    assert secrets_from_params({"api_key": "x"}) == frozenset()
+
+
+def test_exceptions_become_masked_text():
+    assert redact(ValueError("bad sk-abcdefghijklmnopq")) == f"bad sk-{MASK}"
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        ("api_key", True),
+        ("OPENAI_API_KEY", True),
+        ("x-api-key", True),
+        ("apiKey", True),
+        ("access_token", True),
+        ("client_secret", True),
+        ("db_password", True),
+        ("Authorization", True),
+        ("key", True),
+        ("max_tokens", False),
+        ("prompt_tokens", False),
+        ("cache_key", False),
+        ("thread_id", False),
+        (3, False),
+    ],
+)
+def test_secret_key_names(key, secret):
+    assert is_secret_key(key) is secret
