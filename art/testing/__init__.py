@@ -1,1 +1,43 @@
-"""Test helpers for applications built on art: a scripted LLM, fixtures, plan snapshots."""
+"""Test helpers for applications built on art: a scripted LLM, fixtures, plan snapshots.
+
+Names load on first use so that the pytest plugin (`art.testing.plugin`), which every
+pytest run imports, stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "ScriptedModel": "art.testing.scripted",
+    "ScriptedCall": "art.testing.scripted",
+    "ScriptError": "art.testing.scripted",
+    "replies": "art.testing.scripted",
+    "make_run_context": "art.testing.runs",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'art.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from art.testing.runs import make_run_context  # noqa: F401
+    from art.testing.scripted import (  # noqa: F401
+        ScriptedCall,
+        ScriptedModel,
+        ScriptError,
+        replies,
+    )

@@ -1,0 +1,226 @@
+"""art.testing: the scripted model, the run-context helper, the fixtures and the plan snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import litellm
+import pytest
+
+from art.config import ExecutionConfig
+from art.errors import ModelError, ModelErrorCode
+from art.events import EventBus
+from art.llm import LLMClient
+from art.testing import ScriptedModel, make_run_context, replies
+
+pytest_plugins = ["pytester"]
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+async def ask(model: ScriptedModel, phase: str = "step", messages=USER, **kwargs):
+    run = make_run_context(retry_backoff_s=0)
+    result = await LLMClient().complete(
+        run, phase=phase, model=model.model, messages=messages, span=run.span, **kwargs
+    )
+    return result.content
+
+
+# -- registration ---------------------------------------------------------------------------
+
+
+def test_each_model_has_its_own_provider_and_unregisters():
+    first, second = ScriptedModel(), ScriptedModel()
+    try:
+        assert first.provider != second.provider
+        assert first.model == f"{first.provider}/scripted"
+        providers = [p["provider"] for p in litellm.custom_provider_map]
+        assert first.provider in providers and second.provider in providers
+    finally:
+        first.unregister()
+        second.unregister()
+    providers = [p["provider"] for p in litellm.custom_provider_map]
+    assert first.provider not in providers and second.provider not in providers
+    first.unregister()  # idempotent
+
+
+async def test_a_model_works_as_a_context_manager_and_not_after_it():
+    with ScriptedModel(step="inside") as model:
+        assert await ask(model) == "inside"
+    with pytest.raises(ModelError) as info:
+        await ask(model)
+    assert info.value.code == ModelErrorCode.PROVIDER_NOT_SUPPORTED
+
+
+def test_pytest_does_not_collect_it():
+    assert ScriptedModel.__test__ is False
+
+
+# -- replies ----------------------------------------------------------------------------------
+
+
+async def test_replies_of_every_kind_become_text(scripted_model):
+    from art.plans import Plan, Step
+
+    plan = Plan(title="t", steps=[Step(id="s1", tool="calc", depends_on=[])])
+    model = scripted_model(planning=plan, synthesis={"answer": 4}, step=[1, 2], replan="plain text")
+    assert json.loads(await ask(model, "planning"))["steps"][0]["dependsOn"] == []
+    assert json.loads(await ask(model, "synthesis")) == {"answer": 4}
+    assert json.loads(await ask(model, "step")) == [1, 2]  # a list is JSON, not a sequence
+    assert await ask(model, "replan") == "plain text"
+
+
+async def test_a_tuple_or_iterator_is_consumed_in_order_and_the_last_repeats(scripted_model):
+    model = scripted_model(step=("one", "two"), synthesis=iter(["a", "b"]))
+    assert [await ask(model) for _ in range(3)] == ["one", "two", "two"]
+    assert [await ask(model, "synthesis") for _ in range(3)] == ["a", "b", "b"]
+    assert replies("x", "y") == ("x", "y")
+
+
+async def test_a_callable_reply_sees_the_messages_and_metadata(scripted_model):
+    seen = []
+
+    def echo(messages, metadata):
+        seen.append(metadata["art_phase"])
+        return messages[-1]["content"].upper()
+
+    async def later(messages, metadata):
+        await asyncio.sleep(0)
+        return {"n": len(messages)}
+
+    model = scripted_model(step=echo, synthesis=later)
+    assert await ask(model) == "HELLO"
+    assert json.loads(await ask(model, "synthesis")) == {"n": 1}
+    assert seen == ["step"]
+
+
+async def test_a_scripted_exception_reaches_art_as_a_model_error(scripted_model):
+    model = scripted_model(step=litellm.NotFoundError("gone", model="m", llm_provider="p"))
+    with pytest.raises(ModelError) as info:
+        await ask(model)
+    assert info.value.code == ModelErrorCode.MODEL_NOT_FOUND
+
+
+async def test_built_in_defaults(scripted_model):
+    model = scripted_model()
+    prompt = [{"role": "user", "content": "Question: sum?\ns1 (calculator): 391\ns2: 403\nend"}]
+    synthesis = await ask(model, "synthesis", messages=prompt)
+    assert "391" in synthesis and "403" in synthesis
+    assert "sum?" in await ask(model, "step", messages=[{"role": "user", "content": "sum?"}])
+    with pytest.raises(ModelError, match=r"ScriptedModel\(planning=\.\.\.\)"):
+        await ask(model, "planning")
+    with pytest.raises(ModelError, match=r"ScriptedModel\(replan=\.\.\.\)"):
+        await ask(model, "replan")
+
+
+async def test_default_answers_every_unscripted_phase(scripted_model):
+    model = scripted_model(synthesis="S", default="D")
+    assert await ask(model, "planning") == "D"
+    assert await ask(model, "synthesis") == "S"
+
+
+async def test_calls_are_recorded(scripted_model):
+    model = scripted_model(planning="{}", step="x")
+    await ask(model, "planning", response_format={"type": "json_object"})
+    await ask(model, "step", stream=True)
+    assert [c.phase for c in model.calls] == ["planning", "step"]
+    assert model.call_count == 2
+    planning = model.calls_for("planning")[0]
+    assert planning.response_format == {"type": "json_object"}
+    assert planning.messages == USER and planning.reply == "{}" and not planning.stream
+    assert model.calls_for("step")[0].stream
+    assert "planning" in repr(model) and "calls=2" in repr(model)
+
+
+async def test_latency_delays_each_reply(scripted_model):
+    model = scripted_model(step="x", latency_s=0.05)
+    started = time.perf_counter()
+    await ask(model)
+    assert time.perf_counter() - started >= 0.05
+
+
+def test_sync_litellm_calls_work_too(scripted_model):
+    model = scripted_model(step="sync reply")
+    response = litellm.completion(model=model.model, messages=USER, metadata={"art_phase": "step"})
+    assert response.choices[0].message.content == "sync reply"
+    assert response.usage.total_tokens == 3
+    stream = litellm.completion(
+        model=model.model, messages=USER, metadata={"art_phase": "step"}, stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "sync reply"
+
+
+async def test_streaming_sends_word_chunks_with_usage_on_the_last(scripted_model):
+    model = scripted_model(synthesis="one two three")
+    response = await litellm.acompletion(
+        model=model.model,
+        messages=USER,
+        metadata={"art_phase": "synthesis"},
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    pieces, usage = [], None
+    async for chunk in response:
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+        usage = getattr(chunk, "usage", None) or usage
+    assert pieces == ["one ", "two ", "three"]
+    assert usage.completion_tokens == 3 and usage.prompt_tokens == 1
+
+
+# -- make_run_context -------------------------------------------------------------------------
+
+
+def test_make_run_context_defaults_and_overrides():
+    run = make_run_context()
+    assert run.thread_id == "test-thread" and len(run.trace_id) == 32
+    assert isinstance(run.events, EventBus) and run.config == ExecutionConfig()
+    bus = EventBus()
+    custom = make_run_context(thread_id="t", events=bus, max_plan_attempts=5)
+    assert custom.thread_id == "t" and custom.events is bus
+    assert custom.config.max_plan_attempts == 5
+    assert make_run_context(config={"max_replans": 3}).config.max_replans == 3
+    with pytest.raises(ValueError, match="no_such_field"):
+        make_run_context(no_such_field=1)
+
+
+# -- the pytest plugin ------------------------------------------------------------------------
+
+
+def test_the_plugin_is_loaded_by_entry_point_and_its_fixtures_clean_up(pytester):
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        """
+        import litellm
+
+        seen = []
+
+        def test_factory(scripted_model, run_context):
+            model = scripted_model(step="x")
+            seen.append(model.provider)
+            assert model.provider in [p["provider"] for p in litellm.custom_provider_map]
+            assert run_context.thread_id == "test-thread"
+
+        def test_unregistered_afterwards():
+            assert seen
+            assert seen[0] not in [p["provider"] for p in litellm.custom_provider_map]
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
+def test_the_plugin_module_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, art.testing.plugin\n"
+        "print(','.join(m for m in ('litellm', 'networkx', 'jsonschema', 'syrupy')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
