@@ -9,7 +9,7 @@ reported as an `error` event (and, for a before-hook, as a `HookVeto` to the cal
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -134,46 +134,55 @@ class EventBus:
         thread_id: str | None = None,
         run_id: str | None = None,
         span: SpanContext | None = None,
+        sinks: Sequence[Callable[[Event], None]] = (),
     ) -> dict[str, Any]:
         """Run the hooks of `name` and deliver the event; return the (possibly edited) data.
 
+        `sinks` receive this one event besides the bus's subscribers (a run's stream).
         Raises HookVeto when a `*:before` hook raises.
         """
-        if not self.wants(name):
+        hooks = self._take_hooks(name) if (name in self._hooks or ALL_EVENTS in self._hooks) else ()
+        if not hooks and not sinks and not self._subscribers:
             return data
-        context = EventContext(
-            name=name,
-            thread_id=thread_id,
-            run_id=run_id,
-            trace_id=span.trace_id if span else None,
-            span=span,
-        )
-        is_before = name.endswith(":before")
-        for fn in self._take_hooks(name):
-            try:
-                returned = fn(data, context)
-                if inspect.isawaitable(returned):
-                    returned = await returned
-            except Exception as exc:
-                await self._report_hook_failure(name, fn, exc, context)
-                if is_before:
-                    raise HookVeto(name, str(exc) or type(exc).__name__) from exc
-                continue
-            if is_before and isinstance(returned, dict):
-                data = returned
-        event = Event(
+        timestamp = datetime.now(UTC)
+        if hooks:
+            context = EventContext(
+                name=name,
+                thread_id=thread_id,
+                run_id=run_id,
+                trace_id=span.trace_id if span else None,
+                span=span,
+                timestamp=timestamp,
+            )
+            is_before = name.endswith(":before")
+            for fn in hooks:
+                try:
+                    returned = fn(data, context)
+                    if inspect.isawaitable(returned):
+                        returned = await returned
+                except Exception as exc:
+                    await self._report_hook_failure(name, fn, exc, context)
+                    if is_before:
+                        raise HookVeto(name, str(exc) or type(exc).__name__) from exc
+                    continue
+                if is_before and isinstance(returned, dict):
+                    data = returned
+        if not sinks and not self._subscribers:
+            return data
+        # Built without re-validation: every field is already of its type.
+        event = Event.model_construct(
             name=name,
             data=data,
             thread_id=thread_id,
             run_id=run_id,
             span=span,
-            timestamp=context.timestamp,
+            timestamp=timestamp,
         )
-        for sink in list(self._subscribers):
+        for sink in (*self._subscribers, *sinks):
             try:
                 sink(event)
             except Exception:  # a broken sink must not break the run
-                log.exception("event subscriber failed", event=name)
+                log.exception("event subscriber failed", event_name=name)
         return data
 
     def _take_hooks(self, name: str) -> list[Hook]:
@@ -191,7 +200,7 @@ class EventBus:
         self, name: str, fn: Hook, exc: Exception, context: EventContext
     ) -> None:
         hook_name = getattr(fn, "__qualname__", repr(fn))
-        log.warning("hook failed", event=name, hook=hook_name, error=repr(exc))
+        log.warning("hook failed", event_name=name, hook=hook_name, error=repr(exc))
         if name == "error":  # never recurse on a failing error hook
             return
         await self.emit(
@@ -208,3 +217,57 @@ class EventBus:
             run_id=context.run_id,
             span=context.span,
         )
+
+
+class RunEvents:
+    """One run's view of the instance's EventBus: the same hooks and subscribers, plus
+    sinks of the run's own (`stream()`), and a log of what was emitted for storage.
+
+    It has the bus's `emit` and `wants`, so the phases take it where they take a bus.
+    Emitting costs one dict lookup when nobody listens and nothing is logged.
+    """
+
+    __slots__ = ("bus", "log", "sinks", "unlogged")
+
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        sinks: Sequence[Callable[[Event], None]] = (),
+        log_events: bool = True,
+        unlogged: frozenset[str] = frozenset({"chunk:before", "chunk:after"}),
+    ) -> None:
+        self.bus = bus
+        self.sinks = tuple(sinks)
+        # (name, data, span, timestamp) per logged event; the owner drains it to storage.
+        self.log: list[tuple[str, dict[str, Any], SpanContext | None, datetime]] | None = (
+            [] if log_events else None
+        )
+        self.unlogged = unlogged
+
+    def wants(self, name: str) -> bool:
+        return bool(self.sinks) or self.log is not None or self.bus.wants(name)
+
+    async def emit(
+        self,
+        name: str,
+        data: dict[str, Any],
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        span: SpanContext | None = None,
+    ) -> dict[str, Any]:
+        """Like `EventBus.emit`; the event also reaches the run's sinks and log."""
+        data = await self.bus.emit(
+            name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
+        )
+        if self.log is not None and name not in self.unlogged:
+            self.log.append((name, data, span, datetime.now(UTC)))
+        return data
+
+    def drain(self) -> list[tuple[str, dict[str, Any], SpanContext | None, datetime]]:
+        """The logged events not drained yet, oldest first."""
+        if not self.log:
+            return []
+        taken, self.log[:] = list(self.log), []
+        return taken

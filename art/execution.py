@@ -1,0 +1,958 @@
+"""The DAG scheduler: readiness, concurrency cap, timeouts, retries, failure policies.
+
+Two halves, kept apart (as CPython's `graphlib` and `asyncio.TaskGroup` are):
+
+- `Readiness` is bookkeeping only: it counts each step's unfinished dependencies and
+  says which steps a finished one unblocked. No I/O, no event loop; misuse raises.
+- `Executor` owns the running: one `asyncio.TaskGroup` holds every task it starts. A
+  step is launched the moment its last dependency finishes (no polling, no waves), up
+  to `max_concurrency` at a time. A failed tool never reaches the group: failures are
+  caught at the step boundary and become step records; only cancellation and engine
+  faults propagate.
+
+Per step: references are resolved when the step starts; `tool:before` hooks may edit
+the arguments or veto the call; the tool runs through `invoke_tool` (which validates the
+resolved arguments against the tool's schema and enforces `step_timeout_s`); retryable
+failures are retried with exponential backoff. Every record is persisted when the step
+starts and when it ends, and every status change is a `step:status` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from graphlib import CycleError
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
+from art.events import HookVeto
+from art.plans import Plan, Step
+from art.responses import RunError, StepRecord, utcnow
+from art.serialization import safe_stringify
+from art.state import Suspension
+from art.tooling import CancellationToken, ExecutionContext, ToolResult
+
+if TYPE_CHECKING:
+    from art.context import RunContext
+    from art.llm import LLMClient
+    from art.registry import ToolRegistry
+    from art.spans import SpanContext
+
+__all__ = [
+    "FINISHED",
+    "ExecutionOutcome",
+    "Executor",
+    "Readiness",
+    "reasoning_messages",
+    "step_dependencies",
+]
+
+log = structlog.get_logger(__name__)
+
+#: Step statuses after which a step never runs again in this run.
+FINISHED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
+#: Error codes a retry cannot fix, even when an exception caused them.
+_NOT_RETRIED = frozenset(
+    {
+        ToolErrorCode.VALIDATION_ERROR.value,
+        ToolErrorCode.CONTRACT_VIOLATION.value,
+        ToolErrorCode.CANCELLED.value,
+        ToolErrorCode.CONFIG_ERROR.value,
+        ToolErrorCode.PERMISSION_DENIED.value,
+    }
+)
+LLM_ASSIST_REQUIRED = ToolErrorCode.LLM_ASSIST_REQUIRED.value
+REASONING_TOOL_NAME = "reasoning"
+
+OutcomeStatus = Literal["completed", "partial", "suspended", "failed", "cancelled"]
+PersistStep = Callable[[StepRecord], Awaitable[None]]
+SaveSuspension = Callable[[Suspension], Awaitable[None]]
+PlanUpdated = Callable[[Plan, int], Awaitable[None]]
+
+
+# -- bookkeeping ----------------------------------------------------------------------------
+
+
+class Readiness:
+    """Which steps may start, by counting each step's unfinished dependencies.
+
+    `start()` hands out the steps that wait for nothing; `finish(step)` marks a handed-out
+    step finished and returns the steps that were waiting only for it. Steps in
+    `finished` count as done from the start (a resumed run); dependencies on them are
+    satisfied. Raises `graphlib.CycleError` for a cycle and ValueError for an unknown
+    dependency, a second `start()`, or finishing a step twice or before it was handed out.
+    """
+
+    __slots__ = ("_dependents", "_handed_out", "_started", "_waiting")
+
+    def __init__(
+        self, dependencies: Mapping[str, Iterable[str]], *, finished: Iterable[str] = ()
+    ) -> None:
+        done = set(finished)
+        self._waiting: dict[str, int] = {}
+        self._dependents: dict[str, list[str]] = {}
+        self._handed_out: set[str] = set()
+        self._started = False
+        for step, deps in dependencies.items():
+            if step in done:
+                continue
+            count = 0
+            for dep in deps:
+                if dep in done:
+                    continue
+                if dep not in dependencies:
+                    raise ValueError(f"step {step!r} depends on unknown step {dep!r}")
+                if dep == step:
+                    raise CycleError(f"step {step!r} depends on itself", [step, step])
+                count += 1
+                self._dependents.setdefault(dep, []).append(step)
+            self._waiting[step] = count
+        self._check_acyclic()
+
+    def _check_acyclic(self) -> None:
+        counts = dict(self._waiting)
+        queue = [step for step, count in counts.items() if count == 0]
+        seen = 0
+        while queue:
+            step = queue.pop()
+            seen += 1
+            for dependent in self._dependents.get(step, ()):
+                counts[dependent] -= 1
+                if counts[dependent] == 0:
+                    queue.append(dependent)
+        if seen != len(counts):
+            stuck = sorted(step for step, count in counts.items() if count > 0)
+            raise CycleError(f"the steps {stuck} depend on each other in a cycle", stuck)
+
+    def start(self) -> list[str]:
+        """The steps with no unfinished dependency, in the order they were given."""
+        if self._started:
+            raise ValueError("start() was already called")
+        self._started = True
+        ready = [step for step, count in self._waiting.items() if count == 0]
+        self._handed_out.update(ready)
+        return ready
+
+    def finish(self, step: str) -> list[str]:
+        """Mark `step` finished; return the steps that became ready because of it."""
+        if step not in self._handed_out:
+            state = "was already finished" if step in self._waiting else "is unknown"
+            if step in self._waiting and self._waiting[step] > 0:
+                state = "was never handed out"
+            raise ValueError(f"cannot finish step {step!r}: it {state}")
+        self._handed_out.discard(step)
+        del self._waiting[step]
+        ready: list[str] = []
+        for dependent in self._dependents.pop(step, ()):
+            remaining = self._waiting[dependent] - 1
+            self._waiting[dependent] = remaining
+            if remaining == 0:
+                ready.append(dependent)
+        self._handed_out.update(ready)
+        return ready
+
+    @property
+    def unfinished(self) -> int:
+        """How many steps are not finished yet (waiting or handed out)."""
+        return len(self._waiting)
+
+
+def step_dependencies(step: Step) -> Sequence[str]:
+    """Every step `step` waits for: `depends_on` plus the steps its references name."""
+    deps = getattr(step, "all_dependencies", None)
+    if deps is not None:
+        return tuple(deps)
+    from art.references import find_references
+
+    return tuple(dict.fromkeys([*step.depends_on, *sorted(find_references(step.args))]))
+
+
+# -- the outcome ----------------------------------------------------------------------------
+
+
+@dataclass
+class ExecutionOutcome:
+    """What executing a plan produced."""
+
+    status: OutcomeStatus
+    plan: Plan
+    records: dict[str, StepRecord]
+    suspensions: list[Suspension] = field(default_factory=list)
+    replans: int = 0
+    error: RunError | None = None
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return {
+            step_id: record.result.output if record.result is not None else None
+            for step_id, record in self.records.items()
+            if record.status == "completed"
+        }
+
+
+# -- running --------------------------------------------------------------------------------
+
+
+class Executor:
+    """Runs one plan to the end, a suspension, or a stop. Use once: `await executor.run()`.
+
+    `records` carries the step records of an earlier attempt of the same run (an
+    idempotent retry or a resume): completed steps are not run again and their outputs
+    are reused; `in_progress` steps run again with the next attempt number; `waiting`
+    steps stay suspended. `persist` is awaited with a step's record when it starts and
+    when it ends; `suspend` with each new Suspension; `plan_updated` after a replan.
+    """
+
+    def __init__(
+        self,
+        run: RunContext,
+        plan: Plan,
+        registry: ToolRegistry,
+        *,
+        llm: LLMClient | None = None,
+        model: str | None = None,
+        planner: Any = None,
+        query: str = "",
+        history: Sequence[Any] = (),
+        records: Mapping[str, StepRecord] | None = None,
+        replans: int = 0,
+        persist: PersistStep | None = None,
+        suspend: SaveSuspension | None = None,
+        plan_updated: PlanUpdated | None = None,
+    ) -> None:
+        self.run_context = run
+        self.plan = plan
+        self.registry = registry
+        self.llm = llm
+        self.model = model
+        self.planner = planner
+        self.query = query
+        self.history = list(history)
+        self.replans = replans
+        self._persist = persist
+        self._suspend = suspend
+        self._plan_updated = plan_updated
+        self._config = run.config
+        self._events = run.events
+        self._records: dict[str, StepRecord] = dict(records or {})
+        self._outputs: dict[str, Any] = {
+            step_id: record.result.output if record.result is not None else None
+            for step_id, record in self._records.items()
+            if record.status == "completed"
+        }
+        self._suspensions: list[Suspension] = []
+        self._stop: str | None = None  # None | "suspended" | "replan" | "failed" | "cancelled"
+        self._stop_error: RunError | None = None
+        self._cancelling = False
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
+        self._ready: deque[str] = deque()
+        self._running = 0
+        self._group: asyncio.TaskGroup | None = None
+        self._readiness: Readiness | None = None
+        self._steps: dict[str, Step] = {}
+        self._deps: dict[str, Sequence[str]] = {}
+        self._used = False
+
+    # -- public -----------------------------------------------------------------------
+    async def run(self) -> ExecutionOutcome:
+        """Execute the plan (and its replans) and return the outcome."""
+        if self._used:
+            raise RuntimeError("an Executor runs once; build a new one")
+        self._used = True
+        run = self.run_context
+        await self._emit_run(
+            "tool:loop:before", {"steps": len(self.plan.steps), "title": self.plan.title}
+        )
+        while True:
+            await self._execute_plan()
+            if self._stop != "replan":
+                break
+            replanned = await self._replan()
+            if not replanned:
+                break
+        outcome = self._outcome()
+        await self._emit_run(
+            "tool:loop:after",
+            {
+                "status": outcome.status,
+                "completed": sum(1 for r in outcome.records.values() if r.status == "completed"),
+                "failed": sum(1 for r in outcome.records.values() if r.status == "failed"),
+                "skipped": sum(1 for r in outcome.records.values() if r.status == "skipped"),
+                "waiting": sum(1 for r in outcome.records.values() if r.status == "waiting"),
+                "replans": outcome.replans,
+            },
+        )
+        log.debug("plan executed", run_id=run.run_id, status=outcome.status)
+        return outcome
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the run: no new steps, running ones cancelled (their tools see it)."""
+        if self._stop in ("failed", "cancelled"):
+            return
+        self._stop = "cancelled"
+        self._stop_error = RunError(code=RunErrorCode.CANCELLED, message=reason)
+        self.run_context.cancellation.cancel(reason)
+        self._cancel_running()
+
+    # -- one pass over the DAG ----------------------------------------------------------
+    async def _execute_plan(self) -> None:
+        self._stop = None
+        self._steps = {step.id: step for step in self.plan.steps}
+        self._deps = {step.id: step_dependencies(step) for step in self.plan.steps}
+        for step in self.plan.steps:
+            if step.id not in self._records:
+                self._records[step.id] = StepRecord(step_id=step.id, tool=step.tool)
+        finished = [sid for sid, rec in self._records.items() if rec.status in FINISHED]
+        self._readiness = Readiness(self._deps, finished=finished)
+        self._ready.extend(self._readiness.start())
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            self._pump()
+        self._group = None
+        self._ready.clear()
+
+    def _pump(self) -> None:
+        """Launch ready steps while there is room and no stop was asked for."""
+        limit = self._config.max_concurrency
+        group = self._group
+        while self._ready and self._running < limit and self._stop is None and group:
+            step_id = self._ready.popleft()
+            if self._records[step_id].status == "waiting":
+                continue  # still suspended: its dependents wait with it
+            self._running += 1
+            self._tasks[step_id] = group.create_task(self._step_task(step_id))
+
+    async def _step_task(self, step_id: str) -> None:
+        try:
+            await self._run_step(step_id)
+        finally:
+            self._running -= 1
+            self._tasks.pop(step_id, None)
+        if self._records[step_id].status in FINISHED and self._readiness is not None:
+            self._ready.extend(self._readiness.finish(step_id))
+        self._pump()
+
+    async def _run_step(self, step_id: str) -> None:
+        step = self._steps[step_id]
+        record = self._records[step_id]
+        for dep in self._deps[step_id]:
+            dep_record = self._records.get(dep)
+            if dep_record is None or dep_record.status != "completed":
+                span = self.run_context.span.child()
+                await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
+                return
+        step_span = self.run_context.span.child()
+        try:
+            if step.tool is None:
+                await self._reasoning_step(step, record, step_span)
+            else:
+                await self._tool_step(step, record, step_span)
+        except asyncio.CancelledError:
+            if not self._cancelling:
+                raise
+            # This step was cancelled by the run (fail policy or cancel()), not from outside.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await self._finish(record, "cancelled", step_span, self._cancel_reason())
+        except Exception as exc:  # an engine fault on this step's path: fail the step, go on
+            log.exception("step failed inside the engine", step_id=step_id)
+            await self._finish(
+                record,
+                "failed",
+                step_span,
+                f"internal error while running the step: {type(exc).__name__}: {exc}",
+            )
+        if record.status == "failed":
+            self._on_failure(record)
+
+    # -- tool steps ---------------------------------------------------------------------
+    async def _tool_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+        tool = self.registry.get(step.tool or "")
+        if tool is None:
+            known = ", ".join(self.registry.names()) or "none"
+            await self._finish(
+                record, "failed", span, f"unknown tool {step.tool!r} (registered: {known})"
+            )
+            return
+        try:
+            args = self._resolve(step)
+        except Exception as exc:
+            await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
+            return
+        max_attempts = 1 + self._config.step_max_retries
+        attempt = record.attempts
+        while True:
+            attempt += 1
+            if attempt > max_attempts:
+                await self._finish(
+                    record,
+                    "failed",
+                    span,
+                    f"gave up after {record.attempts} attempt(s) that never finished",
+                )
+                return
+            record.attempts = attempt
+            record.args = args
+            await self._start(record, span)
+            result, vetoed = await self._call_tool(step, tool, args, attempt, span)
+            if vetoed is not None:
+                record.result = result
+                await self._finish(record, "failed", span, vetoed)
+                return
+            if _worth_retrying(result) and attempt < max_attempts and self._stop is None:
+                delay = self._config.retry_backoff_s * (2 ** (attempt - 1))
+                log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
+                record.result = result
+                if delay:
+                    await asyncio.sleep(delay)
+                continue
+            break
+        if result.metadata.get("error") == LLM_ASSIST_REQUIRED:
+            result = await self._llm_assist(step, result, span)
+        record.result = result
+        if result.status == "success":
+            self._outputs[step.id] = result.output
+            await self._finish(record, "completed", span)
+        elif result.status == "suspended":
+            await self._suspend_step(step, record, result, span)
+        else:
+            await self._finish(record, "failed", span, result.error or "the tool failed")
+
+    def _resolve(self, step: Step) -> dict[str, Any]:
+        if not self._deps[step.id] or not step.args:
+            return dict(step.args)
+        from art.references import resolve_references
+
+        return resolve_references(step.args, self._outputs)
+
+    async def _call_tool(
+        self, step: Step, tool: Any, args: dict[str, Any], attempt: int, step_span: SpanContext
+    ) -> tuple[ToolResult, str | None]:
+        """One tool execution; returns its result and, when a hook vetoed it, the reason."""
+        from art.invocation import invoke_tool
+
+        run = self.run_context
+        span = step_span.child()
+        call_id = f"{run.run_id}:{step.id}:{attempt}"
+        name = tool.schema.name
+        events = self._events
+        if events.wants("tool:before"):
+            try:
+                data = await events.emit(
+                    "tool:before",
+                    {
+                        "step_id": step.id,
+                        "tool": name,
+                        "call_id": call_id,
+                        "args": args,
+                        "attempt": attempt,
+                    },
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                    span=span,
+                )
+            except HookVeto as veto:
+                reason = f"vetoed by a tool:before hook: {veto.reason}"
+                result = ToolResult(
+                    call_id=call_id,
+                    tool_name=name,
+                    status="error",
+                    error=reason,
+                    metadata={
+                        "error_code": ToolErrorCode.PERMISSION_DENIED.value,
+                        "retryable": False,
+                        "vetoed": True,
+                    },
+                )
+                return result, reason
+            edited = data.get("args", args) if isinstance(data, dict) else args
+            if edited is not args:
+                args = edited
+                if isinstance(edited, dict):
+                    self._records[step.id].args = edited
+        wants_updates = events.wants("tool:update")
+        if wants_updates:
+            await self._emit(
+                "tool:update",
+                {
+                    "stage": "start",
+                    "step_id": step.id,
+                    "tool": name,
+                    "call_id": call_id,
+                    "args": args,
+                    "attempt": attempt,
+                },
+                span,
+            )
+        relay = _ProgressRelay(self, step.id, name, call_id, span) if wants_updates else None
+        context = ExecutionContext(
+            thread_id=run.thread_id,
+            trace_id=run.trace_id,
+            call_id=call_id,
+            step_id=step.id,
+            user_id=run.user_id,
+            session_id=run.session_id,
+            attempt=attempt,
+            span=span,
+        ).bind(
+            cancellation=run.cancellation.child(),
+            reporter=relay.report if relay is not None else None,
+        )
+        self._tokens[step.id] = context.cancellation
+        run.stats.add_tool_call()
+        started = time.perf_counter()
+        try:
+            result = await invoke_tool(
+                tool, args, context, timeout_s=self._config.step_timeout_s, registry=self.registry
+            )
+        finally:
+            self._tokens.pop(step.id, None)
+            if relay is not None:
+                await relay.close()
+        duration_ms = (time.perf_counter() - started) * 1000.0
+        if wants_updates:
+            end: dict[str, Any] = {
+                "stage": "end",
+                "step_id": step.id,
+                "tool": name,
+                "call_id": call_id,
+                "status": result.status,
+                "duration_ms": duration_ms,
+            }
+            if result.status == "error":
+                end["error"] = result.error
+            else:
+                end["result"] = result.output
+            if tool.schema.mode == "display":
+                end["display"] = True
+            await self._emit("tool:update", end, span)
+        if events.wants("tool:after"):
+            await self._emit(
+                "tool:after",
+                {
+                    "step_id": step.id,
+                    "tool": name,
+                    "call_id": call_id,
+                    "args": args,
+                    "result": result,
+                    "duration_ms": duration_ms,
+                    "display": tool.schema.mode == "display",
+                },
+                span,
+            )
+        return result, None
+
+    async def _llm_assist(self, step: Step, result: ToolResult, span: SpanContext) -> ToolResult:
+        """The tool asked for the model's help (seed 000): one `step` call with its prompt."""
+        prompt = _assist_prompt(result.output)
+        metadata = {k: v for k, v in result.metadata.items() if k != "error"}
+        metadata["llm_assisted"] = True
+        if prompt is None:
+            return result.model_copy(
+                update={
+                    "status": "error",
+                    "error": "the tool asked for LLM assistance but gave no prompt in its output",
+                    "metadata": {**metadata, "error_code": LLM_ASSIST_REQUIRED, "retryable": False},
+                }
+            )
+        messages = [
+            {"role": "system", "content": _STEP_SYSTEM_PROMPT},
+            {"role": "user", "content": prompt},
+        ]
+        try:
+            answer = await self._complete(messages, span)
+        except (ModelError, HookVeto, TimeoutError) as exc:
+            return result.model_copy(
+                update={
+                    "status": "error",
+                    "error": f"LLM assistance failed: {_error_text(exc)}",
+                    "metadata": {**metadata, "error_code": LLM_ASSIST_REQUIRED, "retryable": False},
+                }
+            )
+        return ToolResult(
+            call_id=result.call_id,
+            tool_name=result.tool_name,
+            status="success",
+            output=answer,
+            metadata=metadata,
+        )
+
+    async def _suspend_step(
+        self, step: Step, record: StepRecord, result: ToolResult, span: SpanContext
+    ) -> None:
+        run = self.run_context
+        suspension_id = str(result.metadata.get("suspension_id") or "") or _new_id()
+        result.metadata["suspension_id"] = suspension_id
+        suspension = Suspension(
+            suspension_id=suspension_id,
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            step_id=step.id,
+            tool_name=result.tool_name,
+            call_id=result.call_id,
+            args=record.args or {},
+            prompt=result.output,
+        )
+        if self._suspend is not None:
+            await self._suspend(suspension)
+        self._suspensions.append(suspension)
+        if self._stop is None:
+            self._stop = "suspended"  # let running steps finish; start nothing new
+        record.status = "waiting"
+        record.reason = "waiting for a human decision"
+        await self._save(record)
+        await self._emit_status(record, span)
+
+    # -- reasoning steps ----------------------------------------------------------------
+    async def _reasoning_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+        record.attempts += 1
+        await self._start(record, span)
+        run = self.run_context
+        call_id = f"{run.run_id}:{step.id}:{record.attempts}"
+        limit = self._config.tool_result_max_length
+        inputs = {dep: self._outputs.get(dep) for dep in self._deps[step.id]}
+        messages = reasoning_messages(self.query, step, inputs, limit)
+        try:
+            answer = await self._complete(messages, span.child())
+        except (ModelError, HookVeto, TimeoutError) as exc:
+            code = str(getattr(exc, "code", "") or "")
+            record.result = ToolResult(
+                call_id=call_id,
+                tool_name=REASONING_TOOL_NAME,
+                status="error",
+                error=_error_text(exc),
+                metadata={"error_code": code or "UNKNOWN", "retryable": False},
+            )
+            await self._finish(
+                record, "failed", span, f"the reasoning call failed: {_error_text(exc)}"
+            )
+            return
+        record.result = ToolResult(
+            call_id=call_id, tool_name=REASONING_TOOL_NAME, status="success", output=answer
+        )
+        self._outputs[step.id] = answer
+        await self._finish(record, "completed", span)
+
+    async def _complete(self, messages: list[dict[str, Any]], span: SpanContext) -> str:
+        if self.llm is None or self.model is None:
+            raise ModelError(
+                "this executor has no LLM client (reasoning and LLM-assisted steps need one)",
+                ModelErrorCode.PROVIDER_NOT_CONFIGURED,
+            )
+        async with asyncio.timeout(self._config.step_timeout_s):
+            result = await self.llm.complete(
+                self.run_context, phase="step", model=self.model, messages=messages, span=span
+            )
+        return result.content
+
+    # -- failures and policies ------------------------------------------------------------
+    def _on_failure(self, record: StepRecord) -> None:
+        policy = self._config.on_step_failure
+        if policy == "fail":
+            if self._stop in ("failed", "cancelled"):
+                return
+            self._stop = "failed"
+            self._stop_error = RunError(
+                code=RunErrorCode.STEP_FAILED,
+                message=f"step {record.step_id} failed: {record.reason}",
+            )
+            self._cancel_running()
+        elif policy == "replan":
+            can_replan = self.planner is not None and self.replans < self._config.max_replans
+            if can_replan and self._stop is None:
+                self._stop = "replan"
+        # skip_dependents: nothing to do; dependents are skipped when they become ready.
+
+    def _cancel_running(self) -> None:
+        self._cancelling = True
+        reason = self._cancel_reason()
+        for token in list(self._tokens.values()):
+            token.cancel(reason)  # set before the tasks see CancelledError
+        current = asyncio.current_task()
+        for task in list(self._tasks.values()):
+            if task is not current and not task.done():
+                task.cancel()
+
+    def _cancel_reason(self) -> str:
+        if self._stop_error is not None and self._stop == "failed":
+            return f"cancelled because {self._stop_error.message}"
+        return f"cancelled: {self._stop_error.message if self._stop_error else 'the run stopped'}"
+
+    async def _replan(self) -> bool:
+        """Ask the planner for a new plan; False when the run must end as it is."""
+        run = self.run_context
+        failures = [r for r in self._records.values() if r.status == "failed"]
+        try:
+            new_plan = await self.planner.replan(
+                run, self.query, self.history, self.plan, dict(self._records)
+            )
+        except PlanError as exc:
+            self._stop = "failed"
+            self._stop_error = RunError(
+                code=RunErrorCode.PLAN_INVALID,
+                message=f"replanning failed: {exc.message}",
+                problems=list(exc.problems),
+            )
+            return False
+        except ModelError as exc:
+            self._stop = "failed"
+            self._stop_error = RunError(code=str(exc.code), message=exc.message)
+            return False
+        self.replans += 1
+        previous = self.plan
+        self.plan = new_plan
+        kept: dict[str, StepRecord] = {}
+        new_ids = {step.id for step in new_plan.steps}
+        for step_id, record in self._records.items():
+            if record.status == "completed":
+                kept[step_id] = record  # finished work is never run again
+        for step in new_plan.steps:
+            if step.id in kept:
+                continue
+            fresh = StepRecord(step_id=step.id, tool=step.tool)
+            if step.id in self._records and self._records[step.id].status != "pending":
+                await self._save(fresh)  # storage must not see the old attempt as finished
+            kept[step.id] = fresh
+        dropped = [sid for sid in self._records if sid not in kept and sid not in new_ids]
+        self._records = kept
+        if self._plan_updated is not None:
+            await self._plan_updated(new_plan, self.replans)
+        await self._emit_run(
+            "plan:updated",
+            {
+                "plan": new_plan.to_wire(),
+                "previous_title": previous.title,
+                "replans": self.replans,
+                "reason": "; ".join(f"{r.step_id}: {r.reason}" for r in failures),
+                "dropped_steps": dropped,
+            },
+        )
+        return True
+
+    def _outcome(self) -> ExecutionOutcome:
+        plan_ids = [step.id for step in self.plan.steps]
+        ordered = {sid: self._records[sid] for sid in plan_ids if sid in self._records}
+        for sid, record in self._records.items():
+            ordered.setdefault(sid, record)  # completed steps of an earlier plan
+        status: OutcomeStatus
+        if self._stop == "cancelled":
+            status = "cancelled"
+        elif self._stop == "failed":
+            status = "failed"
+        elif any(record.status == "waiting" for record in ordered.values()):
+            status = "suspended"
+        elif all(record.status == "completed" for record in ordered.values()):
+            status = "completed"
+        else:
+            status = "partial"
+        return ExecutionOutcome(
+            status=status,
+            plan=self.plan,
+            records=ordered,
+            suspensions=list(self._suspensions),
+            replans=self.replans,
+            error=self._stop_error if status in ("failed", "cancelled") else None,
+        )
+
+    # -- records, persistence and events --------------------------------------------------
+    async def _start(self, record: StepRecord, span: SpanContext) -> None:
+        record.status = "in_progress"
+        if record.started_at is None:
+            record.started_at = utcnow()
+        await self._save(record)
+        await self._emit_status(record, span)
+
+    async def _finish(
+        self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
+    ) -> None:
+        record.status = status  # type: ignore[assignment]
+        record.reason = reason
+        record.ended_at = utcnow()
+        await self._save(record)
+        await self._emit_status(record, span)
+
+    async def _save(self, record: StepRecord) -> None:
+        if self._persist is not None:
+            await self._persist(record)
+
+    async def _emit_status(self, record: StepRecord, span: SpanContext) -> None:
+        if not self._events.wants("step:status"):
+            return
+        data: dict[str, Any] = {
+            "step_id": record.step_id,
+            "tool": record.tool,
+            "status": record.status,
+            "attempt": record.attempts,
+        }
+        if record.reason:
+            data["reason"] = record.reason
+        await self._emit("step:status", data, span)
+
+    async def _emit(self, name: str, data: dict[str, Any], span: SpanContext) -> dict[str, Any]:
+        run = self.run_context
+        return await self._events.emit(
+            name, data, thread_id=run.thread_id, run_id=run.run_id, span=span
+        )
+
+    async def _emit_run(self, name: str, data: dict[str, Any]) -> None:
+        if self._events.wants(name):
+            await self._emit(name, data, self.run_context.span)
+
+
+# -- progress from tools ----------------------------------------------------------------------
+
+
+class _ProgressRelay:
+    """Carries one tool call's progress reports, from any thread, to `tool:update` events.
+
+    Reports are queued in order and emitted by one drain task at a time, owned by the
+    executor's TaskGroup; `close()` waits until every report made before it is emitted,
+    so the `end` update always comes last. Reports after `close()` are dropped.
+    """
+
+    __slots__ = (
+        "_call_id",
+        "_closed",
+        "_executor",
+        "_items",
+        "_loop",
+        "_span",
+        "_step_id",
+        "_task",
+        "_thread",
+        "_tool",
+    )
+
+    def __init__(
+        self, executor: Executor, step_id: str, tool: str, call_id: str, span: SpanContext
+    ) -> None:
+        self._executor = executor
+        self._step_id = step_id
+        self._tool = tool
+        self._call_id = call_id
+        self._span = span
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._items: deque[tuple[str, dict[str, Any]]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def report(self, stage: str, payload: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        if threading.get_ident() == self._thread:
+            self._push(stage, payload)
+            return
+        # RuntimeError: the loop is closed, nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._push, stage, payload)
+
+    def _push(self, stage: str, payload: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        self._items.append((stage, payload))
+        if self._task is None or self._task.done():
+            group = self._executor._group
+            drain = self._drain()
+            self._task = group.create_task(drain) if group else asyncio.ensure_future(drain)
+
+    async def _drain(self) -> None:
+        while self._items:
+            stage, payload = self._items.popleft()
+            data = {
+                "stage": stage,
+                "step_id": self._step_id,
+                "tool": self._tool,
+                "call_id": self._call_id,
+                **payload,
+            }
+            await self._executor._emit("tool:update", data, self._span)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await self._task
+        self._closed = True
+
+
+# -- prompts and helpers -----------------------------------------------------------------------
+
+_STEP_SYSTEM_PROMPT = (
+    "You carry out one step of a larger plan. Answer the step's task directly and "
+    "concisely from the inputs given; do not describe what you would do."
+)
+
+
+def reasoning_messages(
+    query: str, step: Step, inputs: Mapping[str, Any], max_length: int
+) -> list[dict[str, Any]]:
+    """The messages of a reasoning step's LLM call: the task and its inputs, each cut."""
+    task = step.description or "reason over the inputs"
+    parts = [f"Overall question: {query}" if query else "", f"Your task ({step.id}): {task}"]
+    if inputs:
+        parts.append("Inputs from earlier steps:")
+        for dep, output in inputs.items():
+            parts.append(f"[{dep}]\n{safe_stringify(output, max_length=max_length)}")
+    return [
+        {"role": "system", "content": _STEP_SYSTEM_PROMPT},
+        {"role": "user", "content": "\n\n".join(p for p in parts if p)},
+    ]
+
+
+def _assist_prompt(output: Any) -> str | None:
+    """The prompt of an LLM_ASSIST_REQUIRED result: `output` is a dict or its JSON text."""
+    data = output
+    if isinstance(output, str):
+        try:
+            data = json.loads(output)
+        except ValueError:
+            return output.strip() or None
+    if isinstance(data, Mapping):
+        prompt = data.get("prompt")
+        return str(prompt) if prompt else None
+    return None
+
+
+def _worth_retrying(result: ToolResult) -> bool:
+    if result.status != "error" or result.metadata.get("vetoed"):
+        return False
+    if result.retryable:
+        return True
+    # An exception the tool raised is retried unless a retry cannot change the answer.
+    return (
+        "exception_type" in result.metadata
+        and result.metadata.get("error_code") not in _NOT_RETRIED
+    )
+
+
+def _skip_reason(dep: str, record: StepRecord | None) -> str:
+    if record is None:
+        return f"skipped because step {dep} did not run"
+    if record.status == "failed":
+        return f"skipped because step {dep} failed: {record.reason}"
+    if record.status == "skipped":
+        return f"skipped because step {dep} was skipped"
+    return f"skipped because step {dep} is {record.status}"
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, HookVeto):
+        return f"vetoed by a {exc.event} hook: {exc.reason}"
+    if isinstance(exc, TimeoutError):
+        return "the step did not finish within step_timeout_s"
+    return getattr(exc, "message", None) or str(exc) or type(exc).__name__
+
+
+def _new_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex

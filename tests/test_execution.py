@@ -1,0 +1,784 @@
+"""The DAG scheduler on fake tools and a fake LLM: readiness, concurrency, policies, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from graphlib import CycleError
+from typing import Any
+
+import pytest
+
+import art
+from art.errors import ModelError, ModelErrorCode
+from art.execution import Executor, Readiness
+from art.llm import LLMResult
+from art.plans import Plan
+from art.registry import ToolRegistry
+from art.responses import StepRecord
+from art.testing import make_run_context
+from art.usage import TokenUsage
+
+GUARD_S = 5.0  # a deadlock shows up as a timeout, never as a hung test
+
+
+# -- fakes ------------------------------------------------------------------------------------
+
+
+class FnTool(art.IToolExecutor):
+    """A tool whose behaviour is an async function of (args, context)."""
+
+    def __init__(self, name: str, fn: Any, *, mode: str = "functional", schema: dict | None = None):
+        self.schema = art.ToolSchema(
+            name=name,
+            description=f"test tool {name}",
+            input_schema=schema or {"type": "object"},
+            execution_mode=mode,
+        )
+        self.fn = fn
+        self.calls: list[tuple[dict, art.ExecutionContext]] = []
+
+    async def execute(self, input: dict, context: art.ExecutionContext) -> art.ToolResult:
+        self.calls.append((input, context))
+        out = self.fn(input, context)
+        if asyncio.iscoroutine(out):
+            out = await out
+        if isinstance(out, art.ToolResult):
+            return out
+        return ok(context, self.schema.name, out)
+
+
+def ok(context: art.ExecutionContext, name: str, output: Any) -> art.ToolResult:
+    return art.ToolResult(call_id=context.call_id, tool_name=name, status="success", output=output)
+
+
+def echo(input: dict, context: art.ExecutionContext) -> Any:
+    return input.get("value")
+
+
+@dataclass
+class FakeLLM:
+    """Stands in for LLMClient in executor unit tests (the instance tests use ScriptedModel)."""
+
+    answer: str = "reasoned"
+    error: Exception | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    async def complete(self, run, *, phase, model, messages, span, **kwargs) -> LLMResult:
+        self.calls.append({"phase": phase, "model": model, "messages": messages, "span": span})
+        if self.error is not None:
+            raise self.error
+        run.stats.add_llm_call(
+            TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2), None
+        )
+        return LLMResult(self.answer, TokenUsage(), None, model, "stop")
+
+
+def plan_of(*steps: dict) -> Plan:
+    return Plan.model_validate({"title": "test", "steps": list(steps)})
+
+
+def step(sid: str, tool: str | None = "echo", deps: tuple[str, ...] = (), **args: Any) -> dict:
+    return {
+        "id": sid,
+        "description": f"do {sid}",
+        "tool": tool,
+        "args": args,
+        "dependsOn": list(deps),
+    }
+
+
+def executor(plan: Plan, tools: list, *, events: list | None = None, **kwargs: Any) -> Executor:
+    config = kwargs.pop("config", {})
+    run = make_run_context(config={"retry_backoff_s": 0, **config})
+    if events is not None:
+        run.events.subscribe(events.append)
+    return Executor(run, plan, ToolRegistry(tools), **kwargs)
+
+
+async def run_guarded(ex: Executor):
+    async with asyncio.timeout(GUARD_S):
+        return await ex.run()
+
+
+# -- Readiness -------------------------------------------------------------------------------
+
+
+def test_readiness_hands_out_steps_as_their_dependencies_finish():
+    r = Readiness({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
+    assert r.start() == ["a"]
+    assert r.finish("a") == ["b", "c"]
+    assert r.finish("b") == []
+    assert r.finish("c") == ["d"]
+    assert r.finish("d") == []
+    assert r.unfinished == 0
+
+
+def test_readiness_counts_finished_steps_as_done_from_the_start():
+    r = Readiness({"a": [], "b": ["a", "old"], "c": ["b"]}, finished=["a", "old"])
+    assert r.start() == ["b"]
+    assert r.finish("b") == ["c"]
+
+
+def test_readiness_is_loud_about_misuse():
+    with pytest.raises(CycleError):
+        Readiness({"a": ["b"], "b": ["a"], "c": []})
+    with pytest.raises(CycleError):
+        Readiness({"a": ["a"]})
+    with pytest.raises(ValueError, match="unknown step 'zz'"):
+        Readiness({"a": ["zz"]})
+    r = Readiness({"a": [], "b": ["a"]})
+    with pytest.raises(ValueError, match="never handed out"):
+        r.finish("b")
+    r.start()
+    r.finish("a")
+    with pytest.raises(ValueError, match="'a'"):
+        r.finish("a")
+    with pytest.raises(ValueError, match="already called"):
+        r.start()
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+async def test_independent_steps_run_at_the_same_time():
+    started = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def meet(input, context):
+        me, other = input["me"], input["other"]
+        started[me].set()
+        await started[other].wait()  # only returns if the other step runs concurrently
+        return me
+
+    tool = FnTool("meet", meet)
+    plan = plan_of(
+        step("s1", "meet", me="a", other="b"),
+        step("s2", "meet", me="b", other="a"),
+    )
+    outcome = await run_guarded(executor(plan, [tool]))
+    assert outcome.status == "completed"
+    assert outcome.outputs == {"s1": "a", "s2": "b"}
+
+
+async def test_a_step_starts_when_its_last_dependency_finishes_not_in_waves():
+    # s2 (slow) can only finish after s3 started; s3 depends on s1 only.
+    s3_started = asyncio.Event()
+
+    async def slow(input, context):
+        await s3_started.wait()
+        return "slow"
+
+    async def mark(input, context):
+        s3_started.set()
+        return "s3"
+
+    plan = plan_of(
+        step("s1", "echo", value=1),
+        step("s2", "slow", deps=("s1",)),
+        step("s3", "mark", deps=("s1",)),
+        step("s4", "echo", deps=("s2", "s3"), value=4),
+    )
+    tools = [FnTool("echo", echo), FnTool("slow", slow), FnTool("mark", mark)]
+    outcome = await run_guarded(executor(plan, tools))
+    assert outcome.status == "completed"
+    assert [r.status for r in outcome.records.values()] == ["completed"] * 4
+
+
+async def test_max_concurrency_bounds_running_steps():
+    running = 0
+    peak = 0
+
+    async def count(input, context):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        running -= 1
+        return None
+
+    plan = plan_of(*(step(f"s{i}", "count") for i in range(1, 9)))
+    ex = executor(plan, [FnTool("count", count)], config={"max_concurrency": 3})
+    outcome = await run_guarded(ex)
+    assert outcome.status == "completed"
+    assert peak == 3
+
+
+# -- arguments -------------------------------------------------------------------------------
+
+
+async def test_references_are_resolved_with_their_types_when_the_step_starts():
+    seen = []
+
+    def record_args(input, context):
+        seen.append(input)
+        return input
+
+    plan = plan_of(
+        step("s1", "echo", value={"n": 17, "tags": ["x", "y"]}),
+        step(
+            "s2",
+            "record",
+            deps=("s1",),
+            whole="{{s1.output}}",
+            n="{{s1.output.n}}",
+            text="n={{s1.output.n}}",
+            tag="{{s1.output.tags.1}}",
+        ),
+    )
+    outcome = await run_guarded(
+        executor(plan, [FnTool("echo", echo), FnTool("record", record_args)])
+    )
+    assert outcome.status == "completed"
+    assert seen == [{"whole": {"n": 17, "tags": ["x", "y"]}, "n": 17, "text": "n=17", "tag": "y"}]
+    assert outcome.records["s2"].args == seen[0]
+
+
+async def test_resolved_arguments_are_validated_against_the_schema_before_the_tool_runs():
+    strict = FnTool(
+        "strict",
+        echo,
+        schema={
+            "type": "object",
+            "properties": {"value": {"type": "integer"}},
+            "required": ["value"],
+        },
+    )
+    plan = plan_of(
+        step("s1", "echo", value="not a number"),
+        step("s2", "strict", deps=("s1",), value="{{s1.output}}"),
+    )
+    outcome = await run_guarded(executor(plan, [FnTool("echo", echo), strict]))
+    assert strict.calls == []
+    record = outcome.records["s2"]
+    assert record.status == "failed"
+    assert record.result.error_code == "VALIDATION_ERROR"
+    assert "is not of type 'integer'" in record.reason
+
+
+# -- hooks -----------------------------------------------------------------------------------
+
+
+async def test_a_tool_before_hook_can_change_the_arguments():
+    tool = FnTool("echo", echo)
+    ex = executor(plan_of(step("s1", value="original")), [tool])
+
+    def edit(data, context):
+        return {**data, "args": {"value": "edited"}}
+
+    ex.run_context.events.on("tool:before", edit)
+    outcome = await run_guarded(ex)
+    assert outcome.outputs == {"s1": "edited"}
+    assert outcome.records["s1"].args == {"value": "edited"}
+
+
+async def test_a_tool_before_hook_that_raises_vetoes_the_call_and_fails_the_step():
+    tool = FnTool("echo", echo)
+    events: list = []
+    ex = executor(
+        plan_of(step("s1", value=1), step("s2", deps=("s1",), value=2)), [tool], events=events
+    )
+
+    def veto(data, context):
+        raise PermissionError("not on a Sunday")
+
+    ex.run_context.events.on("tool:before", veto)
+    outcome = await run_guarded(ex)
+    assert tool.calls == []
+    assert outcome.records["s1"].status == "failed"
+    assert "not on a Sunday" in outcome.records["s1"].reason
+    assert outcome.records["s2"].status == "skipped"
+    assert outcome.records["s1"].attempts == 1  # a veto is never retried
+    errors = [e for e in events if e.name == "error"]
+    assert errors and errors[0].data["event"] == "tool:before"
+    assert not [e for e in events if e.name == "tool:update"]
+
+
+# -- failure policies ------------------------------------------------------------------------
+
+
+def boom(input, context):
+    raise ValueError("boom")
+
+
+async def test_skip_dependents_skips_only_what_depends_on_the_failure():
+    plan = plan_of(
+        step("s1", "boom"),
+        step("s2", "echo", deps=("s1",), value=2),
+        step("s3", "echo", deps=("s2",), value=3),
+        step("s4", "echo", value=4),
+    )
+    outcome = await run_guarded(
+        executor(plan, [FnTool("boom", boom), FnTool("echo", echo)], config={"step_max_retries": 0})
+    )
+    statuses = {sid: r.status for sid, r in outcome.records.items()}
+    assert statuses == {"s1": "failed", "s2": "skipped", "s3": "skipped", "s4": "completed"}
+    assert outcome.records["s2"].reason == "skipped because step s1 failed: ValueError: boom"
+    assert outcome.records["s3"].reason == "skipped because step s2 was skipped"
+    assert outcome.status == "partial"
+
+
+async def test_fail_policy_stops_launching_and_cancels_running_steps():
+    hanging_started = asyncio.Event()
+    cancelled = []
+
+    async def hang(input, context):
+        hanging_started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(context.cancelled)
+            raise
+
+    async def fail_after_hang_started(input, context):
+        await hanging_started.wait()
+        raise ValueError("broken")
+
+    plan = plan_of(
+        step("s1", "hang"),
+        step("s2", "fail"),
+        step("s3", "echo", deps=("s2",), value=3),
+    )
+    tools = [FnTool("hang", hang), FnTool("fail", fail_after_hang_started), FnTool("echo", echo)]
+    outcome = await run_guarded(
+        executor(plan, tools, config={"on_step_failure": "fail", "step_max_retries": 0})
+    )
+    assert outcome.status == "failed"
+    assert outcome.error.code == "STEP_FAILED"
+    assert "s2" in outcome.error.message
+    statuses = {sid: r.status for sid, r in outcome.records.items()}
+    assert statuses == {"s1": "cancelled", "s2": "failed", "s3": "pending"}
+    assert cancelled == [True]  # the tool saw its cancellation signal
+
+
+@dataclass
+class FakePlanner:
+    new_plan: Plan
+    calls: list = field(default_factory=list)
+
+    async def replan(self, run, query, history, previous, records):
+        self.calls.append({"previous": previous, "records": dict(records), "query": query})
+        return self.new_plan
+
+
+async def test_replan_policy_asks_the_planner_and_never_reruns_finished_steps():
+    echo_tool = FnTool("echo", echo)
+    plan = plan_of(
+        step("s1", "echo", value=1),
+        step("s2", "boom", deps=("s1",)),
+        step("s3", "echo", deps=("s2",), value=3),
+    )
+    new_plan = plan_of(
+        step("s1", "echo", value=1),
+        step("s4", "echo", deps=("s1",), value="{{s1.output}}"),
+    )
+    planner = FakePlanner(new_plan)
+    events: list = []
+    updated = []
+
+    async def plan_updated(plan, replans):
+        updated.append((plan, replans))
+
+    ex = executor(
+        plan,
+        [echo_tool, FnTool("boom", boom)],
+        events=events,
+        planner=planner,
+        query="q",
+        plan_updated=plan_updated,
+        config={"on_step_failure": "replan", "step_max_retries": 0, "max_replans": 1},
+    )
+    outcome = await run_guarded(ex)
+    assert len(planner.calls) == 1
+    assert planner.calls[0]["records"]["s2"].status == "failed"
+    assert outcome.status == "completed"
+    assert outcome.replans == 1
+    assert outcome.plan is new_plan
+    assert [input for input, _ in echo_tool.calls] == [{"value": 1}, {"value": 1}]  # s1 once, s4
+    assert set(outcome.records) == {"s1", "s4"}
+    assert updated == [(new_plan, 1)]
+    assert [e.data["replans"] for e in events if e.name == "plan:updated"] == [1]
+
+
+async def test_replan_policy_falls_back_to_skipping_when_replans_are_used_up():
+    plan = plan_of(step("s1", "boom"), step("s2", "echo", deps=("s1",), value=2))
+    planner = FakePlanner(plan)
+    outcome = await run_guarded(
+        executor(
+            plan,
+            [FnTool("echo", echo), FnTool("boom", boom)],
+            planner=planner,
+            config={"on_step_failure": "replan", "step_max_retries": 0, "max_replans": 0},
+        )
+    )
+    assert planner.calls == []
+    assert outcome.status == "partial"
+    assert outcome.records["s2"].status == "skipped"
+
+
+# -- timeouts and retries ------------------------------------------------------------------------
+
+
+async def test_a_step_that_runs_too_long_times_out():
+    async def forever(input, context):
+        await asyncio.Event().wait()
+
+    outcome = await run_guarded(
+        executor(
+            plan_of(step("s1", "forever")),
+            [FnTool("forever", forever)],
+            config={"step_timeout_s": 0.05, "step_max_retries": 0},
+        )
+    )
+    record = outcome.records["s1"]
+    assert record.status == "failed"
+    assert record.result.error_code == "TIMEOUT"
+
+
+async def test_exceptions_are_retried_with_the_attempt_number_in_the_context():
+    attempts = []
+
+    def flaky(input, context):
+        attempts.append(context.attempt)
+        if context.attempt < 3:
+            raise ConnectionError("try again")
+        return "finally"
+
+    outcome = await run_guarded(
+        executor(
+            plan_of(step("s1", "flaky")), [FnTool("flaky", flaky)], config={"step_max_retries": 2}
+        )
+    )
+    assert attempts == [1, 2, 3]
+    assert outcome.records["s1"].attempts == 3
+    assert outcome.outputs == {"s1": "finally"}
+
+
+async def test_retries_stop_at_step_max_retries():
+    outcome = await run_guarded(
+        executor(
+            plan_of(step("s1", "boom")), [FnTool("boom", boom)], config={"step_max_retries": 1}
+        )
+    )
+    assert outcome.records["s1"].attempts == 2
+    assert outcome.records["s1"].status == "failed"
+
+
+async def test_only_error_results_marked_retryable_are_retried():
+    calls = {"retryable": 0, "final": 0}
+
+    def error_result(input, context):
+        calls[input["kind"]] += 1
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="err",
+            status="error",
+            error="nope",
+            metadata={"retryable": input["kind"] == "retryable"},
+        )
+
+    plan = plan_of(step("s1", "err", kind="retryable"), step("s2", "err", kind="final"))
+    await run_guarded(executor(plan, [FnTool("err", error_result)], config={"step_max_retries": 2}))
+    assert calls == {"retryable": 3, "final": 1}
+
+
+async def test_backoff_grows_exponentially():
+    sleeps = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay, *args):
+        sleeps.append(delay)
+        await real_sleep(0)
+
+    ex = executor(
+        plan_of(step("s1", "boom")),
+        [FnTool("boom", boom)],
+        config={"step_max_retries": 3, "retry_backoff_s": 0.5},
+    )
+    import art.execution as execution_module
+
+    original = execution_module.asyncio.sleep
+    execution_module.asyncio.sleep = fake_sleep
+    try:
+        await run_guarded(ex)
+    finally:
+        execution_module.asyncio.sleep = original
+    assert sleeps == [0.5, 1.0, 2.0]
+
+
+# -- reasoning steps and LLM assistance ---------------------------------------------------------
+
+
+async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut():
+    llm = FakeLLM(answer="the sum is 3")
+    plan = plan_of(
+        step("s1", "echo", value="x" * 500),
+        {"id": "s2", "description": "add things up", "tool": None, "dependsOn": ["s1"]},
+    )
+    ex = executor(
+        plan,
+        [FnTool("echo", echo)],
+        llm=llm,
+        model="m",
+        query="what is it?",
+        config={"tool_result_max_length": 100},
+    )
+    outcome = await run_guarded(ex)
+    assert [c["phase"] for c in llm.calls] == ["step"]
+    prompt = llm.calls[0]["messages"][-1]["content"]
+    assert "add things up" in prompt and "what is it?" in prompt
+    assert "x" * 100 not in prompt and "truncated" in prompt
+    assert outcome.outputs["s2"] == "the sum is 3"
+    assert outcome.records["s2"].tool is None
+    assert ex.run_context.stats.llm_calls == 1
+    assert ex.run_context.stats.tool_calls == 1
+
+
+async def test_a_failed_reasoning_call_fails_the_step():
+    llm = FakeLLM(error=ModelError("rate limited", ModelErrorCode.RATE_LIMITED))
+    plan = plan_of({"id": "s1", "description": "think", "tool": None})
+    outcome = await run_guarded(executor(plan, [], llm=llm, model="m"))
+    assert outcome.records["s1"].status == "failed"
+    assert "rate limited" in outcome.records["s1"].reason
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+async def test_llm_assist_required_makes_one_step_call_with_the_tools_prompt(as_json):
+    import json
+
+    def needs_help(input, context):
+        output = {"action": "LLM_ASSIST_REQUIRED", "prompt": "Summarize: abc", "message": "too big"}
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="helpme",
+            status="success",
+            output=json.dumps(output) if as_json else output,
+            metadata={"error": "LLM_ASSIST_REQUIRED"},
+        )
+
+    llm = FakeLLM(answer="a summary")
+    outcome = await run_guarded(
+        executor(plan_of(step("s1", "helpme")), [FnTool("helpme", needs_help)], llm=llm, model="m")
+    )
+    assert [c["phase"] for c in llm.calls] == ["step"]
+    assert llm.calls[0]["messages"][-1]["content"] == "Summarize: abc"
+    assert outcome.outputs == {"s1": "a summary"}
+    assert outcome.records["s1"].result.metadata["llm_assisted"] is True
+
+
+# -- progress events ---------------------------------------------------------------------------
+
+
+async def test_progress_from_a_worker_thread_becomes_tool_updates_between_start_and_end():
+    class Progressing(art.IToolExecutor):
+        schema = art.ToolSchema(name="progressing", description="reports progress")
+
+        def execute(self, input, context):  # sync: runs in a worker thread
+            assert threading.current_thread() is not threading.main_thread()
+            context.progress("working", {"done": 1})
+            context.progress("half", output="partial text")
+            context.progress("almost", {"done": 2})
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="progressing", status="success", output="done"
+            )
+
+    events: list = []
+    plan = plan_of(step("s1", "progressing"), step("s2", "progressing"))
+    outcome = await run_guarded(executor(plan, [Progressing()], events=events))
+    assert outcome.status == "completed"
+    for sid in ("s1", "s2"):
+        updates = [e for e in events if e.name == "tool:update" and e.data["step_id"] == sid]
+        assert [u.data["stage"] for u in updates] == [
+            "start",
+            "running",
+            "streaming",
+            "running",
+            "end",
+        ]
+        assert [u.data.get("title") for u in updates[1:4]] == ["working", "half", "almost"]
+        assert updates[2].data["output"] == "partial text"
+        assert updates[-1].data["result"] == "done"
+        assert all("is_running" not in u.data and "isRunning" not in u.data for u in updates)
+        assert len({u.span.span_id for u in updates}) == 1  # the tool call's own span
+
+
+async def test_events_carry_spans_nested_run_step_tool():
+    events: list = []
+    ex = executor(
+        plan_of(step("s1", value=1), step("s2", value=2)), [FnTool("echo", echo)], events=events
+    )
+    await run_guarded(ex)
+    run_span = ex.run_context.span
+    for sid in ("s1", "s2"):
+        status = next(e for e in events if e.name == "step:status" and e.data["step_id"] == sid)
+        tool = next(e for e in events if e.name == "tool:update" and e.data["step_id"] == sid)
+        assert status.span.parent_span_id == run_span.span_id
+        assert tool.span.parent_span_id == status.span.span_id
+        assert tool.span.trace_id == run_span.trace_id
+    names = [e.name for e in events]
+    assert names[0] == "tool:loop:before" and names[-1] == "tool:loop:after"
+
+
+# -- persistence ---------------------------------------------------------------------------------
+
+
+async def test_every_record_is_persisted_when_it_starts_and_when_it_ends():
+    saved: list[tuple[str, str, int]] = []
+
+    async def persist(record: StepRecord):
+        saved.append((record.step_id, record.status, record.attempts))
+
+    plan = plan_of(step("s1", "boom"), step("s2", "echo", deps=("s1",), value=1))
+    await run_guarded(
+        executor(
+            plan,
+            [FnTool("boom", boom), FnTool("echo", echo)],
+            persist=persist,
+            config={"step_max_retries": 1},
+        )
+    )
+    assert saved == [
+        ("s1", "in_progress", 1),
+        ("s1", "in_progress", 2),
+        ("s1", "failed", 2),
+        ("s2", "skipped", 0),
+    ]
+
+
+async def test_a_continued_run_keeps_finished_steps_and_reruns_interrupted_ones():
+    echo_tool = FnTool("echo", echo)
+    plan = plan_of(step("s1", value=1), step("s2", deps=("s1",), value="{{s1.output}}"))
+    done = StepRecord(
+        step_id="s1",
+        tool="echo",
+        status="completed",
+        attempts=1,
+        result=art.ToolResult(call_id="old", tool_name="echo", status="success", output=41),
+    )
+    interrupted = StepRecord(step_id="s2", tool="echo", status="in_progress", attempts=1)
+    outcome = await run_guarded(
+        executor(plan, [echo_tool], records={"s1": done, "s2": interrupted})
+    )
+    assert [(input, ctx.attempt) for input, ctx in echo_tool.calls] == [({"value": 41}, 2)]
+    assert outcome.records["s2"].attempts == 2
+    assert outcome.status == "completed"
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+
+async def test_a_suspended_blocking_step_stops_new_steps_and_lets_running_ones_finish():
+    approve_started = asyncio.Event()
+
+    async def approve(input, context):
+        await asyncio.sleep(0)
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="approve",
+            status="suspended",
+            output={"question": f"ok to {input['what']}?"},
+            metadata={"suspension_id": f"susp-{input['what']}"} if input["what"] == "a" else {},
+        )
+
+    async def slow(input, context):
+        approve_started.set()
+        await asyncio.sleep(0.01)
+        return "slow done"
+
+    saved_suspensions = []
+
+    async def suspend(s):
+        saved_suspensions.append(s)
+
+    plan = plan_of(
+        step("s1", "approve", what="a"),
+        step("s2", "approve", what="b"),
+        step("s3", "slow"),
+        step("s4", "echo", deps=("s1",), value=1),
+        step("s5", "echo", deps=("s3",), value=5),
+    )
+    tools = [
+        FnTool("approve", approve, mode="blocking"),
+        FnTool("slow", slow),
+        FnTool("echo", echo),
+    ]
+    outcome = await run_guarded(executor(plan, tools, suspend=suspend))
+    statuses = {sid: r.status for sid, r in outcome.records.items()}
+    assert statuses == {
+        "s1": "waiting",
+        "s2": "waiting",
+        "s3": "completed",
+        "s4": "pending",
+        "s5": "pending",
+    }
+    assert outcome.status == "suspended"
+    ids = [s.suspension_id for s in outcome.suspensions]
+    assert ids[0] == "susp-a" and len(set(ids)) == 2
+    assert saved_suspensions == outcome.suspensions
+    assert outcome.suspensions[0].prompt == {"question": "ok to a?"}
+    assert outcome.suspensions[0].args == {"what": "a"}
+
+
+async def test_display_steps_are_marked_in_their_events():
+    events: list = []
+    shown = FnTool("show", echo, mode="display")
+    await run_guarded(executor(plan_of(step("s1", "show", value="chart")), [shown], events=events))
+    after = next(e for e in events if e.name == "tool:after")
+    assert after.data["display"] is True
+    end = next(e for e in events if e.name == "tool:update" and e.data["stage"] == "end")
+    assert end.data["display"] is True and end.data["result"] == "chart"
+
+
+# -- cancellation -------------------------------------------------------------------------------
+
+
+async def test_cancel_reaches_a_sync_tool_in_its_worker_thread():
+    class Waits(art.IToolExecutor):
+        schema = art.ToolSchema(name="waits", description="waits for cancellation")
+        started = threading.Event()
+
+        def execute(self, input, context):
+            self.started.set()
+            seen = context.cancellation.wait(GUARD_S)
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="waits", status="success", output=seen
+            )
+
+    tool = Waits()
+    ex = executor(
+        plan_of(step("s1", "waits"), step("s2", "echo", deps=("s1",))), [tool, FnTool("echo", echo)]
+    )
+    task = asyncio.create_task(run_guarded(ex))
+    await asyncio.to_thread(tool.started.wait, GUARD_S)
+    ex.cancel("user pressed stop")
+    outcome = await task
+    assert outcome.status == "cancelled"
+    assert outcome.error.code == "CANCELLED"
+    assert outcome.records["s1"].status == "cancelled"
+    assert outcome.records["s2"].status == "pending"
+    assert ex.run_context.cancellation.cancelled
+
+
+async def test_cancelling_the_awaiting_task_cancels_running_tools():
+    started = asyncio.Event()
+    seen = []
+
+    async def hang(input, context):
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append(context)  # async tools get CancelledError itself
+            raise
+
+    ex = executor(plan_of(step("s1", "hang")), [FnTool("hang", hang)])
+    task = asyncio.create_task(ex.run())
+    async with asyncio.timeout(GUARD_S):
+        await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(seen) == 1
+    assert seen[0].cancelled  # and the signal sync tools read is set too
+    assert ex._records["s1"].status == "in_progress"  # left as a crash would leave it
