@@ -27,7 +27,7 @@ from art.state import (
     Suspension,
     ThreadSummary,
 )
-from art.storage import dump_json, load_json
+from art.storage import dump_json, load_json, timestamp_key
 
 __all__ = ["MemoryStorage"]
 
@@ -37,7 +37,7 @@ class _Thread:
     run_ids: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     suspension_ids: list[str] = field(default_factory=list)
-    events: list[tuple[int, str, datetime, str]] = field(default_factory=list)
+    events: list[tuple[int, str, str, str]] = field(default_factory=list)
     updated_at: datetime = field(default_factory=utcnow)
     touched: int = 0
 
@@ -195,7 +195,7 @@ class MemoryStorage(StorageAdapter):
                 seq = next(self._event_seq)
                 text = dump_json(event.model_copy(update={"seq": seq}))
                 self._thread(event.thread_id).events.append(
-                    (seq, event.name, event.timestamp, text)
+                    (seq, event.name, timestamp_key(event.timestamp), text)
                 )
 
     async def query_events(
@@ -208,6 +208,8 @@ class MemoryStorage(StorageAdapter):
         limit: int | None = None,
     ) -> list[StoredEvent]:
         wanted = set(names) if names is not None else None
+        since_key = timestamp_key(since) if since is not None else None
+        until_key = timestamp_key(until) if until is not None else None
         with self._lock:
             thread = self._threads.get(thread_id)
             rows = list(thread.events) if thread else []
@@ -217,9 +219,9 @@ class MemoryStorage(StorageAdapter):
                 break
             if wanted is not None and name not in wanted:
                 continue
-            if since is not None and moment < since:
+            if since_key is not None and moment < since_key:
                 continue
-            if until is not None and moment >= until:
+            if until_key is not None and moment >= until_key:
                 continue
             found.append(load_json(StoredEvent, text))
         return found
