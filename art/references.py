@@ -1,0 +1,203 @@
+"""Step references in plan arguments: `{{s1.output}}`, `{{s1.output.field}}`, `{{s1.output.0}}`.
+
+A string that is exactly one reference resolves to the referenced value with its type
+kept (a list stays a list); a reference inside a longer string is replaced by the value
+as text (strings as-is, anything else as compact JSON). Outputs that are JSON text may
+be indexed into: `{{s1.output.items.0}}` works when step s1 returned '{"items": [...]}'.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "REFERENCE_PATTERN",
+    "UnresolvedReferenceError",
+    "find_references",
+    "has_references",
+    "iter_references",
+    "resolve_references",
+]
+
+# {{ <step id> .output [.segment ...] }} with whitespace tolerated inside the braces.
+REFERENCE_PATTERN = re.compile(
+    r"\{\{\s*(?P<step>[A-Za-z0-9_\-]+)\.output(?P<path>(?:\.[^\s.{}]+)*)\s*\}\}"
+)
+_MARKER = "{{"
+_SCALARS = frozenset({int, float, bool, type(None)})
+_MISSING = object()
+
+
+class UnresolvedReferenceError(ValueError):
+    """A reference names a step without an output, or a path the output does not have."""
+
+    def __init__(self, message: str, *, step_id: str, path: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.step_id = step_id
+        self.path = path
+
+
+def _collect(value: Any, found: list[str]) -> None:
+    kind = type(value)
+    if kind is str:
+        if _MARKER in value:
+            found.extend(match.group("step") for match in REFERENCE_PATTERN.finditer(value))
+    elif kind in _SCALARS:
+        return
+    elif kind is dict or isinstance(value, Mapping):
+        for item in value.values():
+            if type(item) not in _SCALARS:
+                _collect(item, found)
+    elif kind is list or kind is tuple or isinstance(value, list | tuple):
+        for item in value:
+            if type(item) not in _SCALARS:
+                _collect(item, found)
+    elif isinstance(value, str):  # a str subclass
+        _collect(str(value), found)
+
+
+def iter_references(value: Any) -> Iterator[str]:
+    """Referenced step ids in order of appearance (repeats included), anywhere in `value`."""
+    found: list[str] = []
+    _collect(value, found)
+    return iter(found)
+
+
+def find_references(value: Any) -> set[str]:
+    """The ids of every step referenced anywhere in `value` (nested args included)."""
+    return set(iter_references(value))
+
+
+def has_references(value: Any) -> bool:
+    """True when `value` contains at least one reference."""
+    return next(iter_references(value), None) is not None
+
+
+def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
+    """`value` with every reference replaced by the output it names.
+
+    Containers are copied only where something changed. Raises UnresolvedReferenceError
+    naming the step, the path and what was found when a reference cannot be resolved.
+    """
+    kind = type(value)
+    if kind is str or isinstance(value, str):
+        if _MARKER not in value:
+            return value
+        return _resolve_string(value, outputs)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        resolved: dict[Any, Any] | None = None
+        for key, item in value.items():
+            if type(item) in _SCALARS:
+                continue
+            new = resolve_references(item, outputs)
+            if new is not item:
+                if resolved is None:
+                    resolved = dict(value)
+                resolved[key] = new
+        return value if resolved is None else resolved
+    if isinstance(value, list | tuple):
+        items = [resolve_references(item, outputs) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
+
+
+def _resolve_string(text: str, outputs: Mapping[str, Any]) -> Any:
+    whole = REFERENCE_PATTERN.fullmatch(text.strip())
+    if whole is not None:
+        return _lookup(whole, outputs)
+    if REFERENCE_PATTERN.search(text) is None:
+        return text
+    return REFERENCE_PATTERN.sub(lambda m: _as_text(_lookup(m, outputs)), text)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _describe(value: Any) -> str:
+    """A short description of what a path step found, for error messages."""
+    if isinstance(value, Mapping):
+        keys = ", ".join(repr(k) for k in list(value)[:8])
+        more = ", ..." if len(value) > 8 else ""
+        return f"an object with keys [{keys}{more}]" if value else "an empty object"
+    if isinstance(value, str):
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        return f"the text {shown!r}"
+    if isinstance(value, Sequence):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if value is None:
+        return "null"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def _maybe_json(value: str) -> Any:
+    """Parse `value` when it is JSON text for an object or a list; otherwise _MISSING."""
+    stripped = value.lstrip()
+    if not stripped or stripped[0] not in "[{":
+        return _MISSING
+    try:
+        return json.loads(value)
+    except ValueError:
+        return _MISSING
+
+
+def _step(current: Any, segment: str) -> Any:
+    """`current[segment]`, or _MISSING."""
+    if isinstance(current, str):
+        parsed = _maybe_json(current)
+        if parsed is _MISSING:
+            return _MISSING
+        current = parsed
+    if isinstance(current, Mapping):
+        if segment in current:
+            return current[segment]
+        if segment.lstrip("-").isdigit() and int(segment) in current:
+            return current[int(segment)]
+        return _MISSING
+    if isinstance(current, Sequence):
+        if segment.lstrip("-").isdigit():
+            index = int(segment)
+            if -len(current) <= index < len(current):
+                return current[index]
+        return _MISSING
+    if hasattr(current, "model_dump") or hasattr(current, "__dataclass_fields__"):
+        return getattr(current, segment, _MISSING)
+    return _MISSING
+
+
+def _lookup(match: re.Match[str], outputs: Mapping[str, Any]) -> Any:
+    step_id = match.group("step")
+    raw_path = match.group("path")
+    path = tuple(raw_path[1:].split(".")) if raw_path else ()
+    reference = match.group(0)
+    if step_id not in outputs:
+        raise UnresolvedReferenceError(
+            f"{reference}: step {step_id!r} has no output (it is not a finished dependency)",
+            step_id=step_id,
+            path=path,
+        )
+    current = outputs[step_id]
+    for depth, segment in enumerate(path):
+        found = _step(current, segment)
+        if found is _MISSING:
+            where = ".".join(("output", *path[:depth]))
+            raise UnresolvedReferenceError(
+                f"{reference}: step {step_id!r} {where} has no {segment!r}; "
+                f"it is {_describe(current)}",
+                step_id=step_id,
+                path=path,
+            )
+        current = found
+    return current

@@ -1,0 +1,123 @@
+"""art.references: finding and resolving {{sN.output...}} references."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from art.references import (
+    UnresolvedReferenceError,
+    find_references,
+    has_references,
+    iter_references,
+    resolve_references,
+)
+
+OUTPUTS = {
+    "s1": 391,
+    "s2": {"city": "Paris", "temps": [12.5, 14.0], "meta": {"unit": "C"}},
+    "s3": ["a", "b", "c"],
+    "s4": '{"items": [{"name": "x"}, {"name": "y"}]}',
+    "s5": "plain text",
+    "s6": None,
+}
+
+
+def test_find_references_anywhere_in_nested_args():
+    args = {
+        "a": "{{s1.output}}",
+        "b": ["x {{ s2.output.city }} y", {"c": "{{s3.output.0}}"}],
+        "d": 5,
+        "e": ("{{s1.output}}",),
+    }
+    assert find_references(args) == {"s1", "s2", "s3"}
+    assert list(iter_references(args)) == ["s1", "s2", "s3", "s1"]
+    assert has_references(args) and not has_references({"a": "no refs", "b": [1, None]})
+
+
+@pytest.mark.parametrize(
+    "text", ["{{s1}}", "{{s1.outputs}}", "{ {s1.output} }", "{{s1.output.}}", "{{}}", "{{ x y }}"]
+)
+def test_things_that_are_not_references(text):
+    assert find_references(text) == set()
+    assert resolve_references(text, OUTPUTS) == text
+
+
+def test_a_whole_string_reference_keeps_the_type():
+    assert resolve_references("{{s1.output}}", OUTPUTS) == 391
+    assert resolve_references("  {{ s2.output }} ", OUTPUTS) is OUTPUTS["s2"]
+    assert resolve_references("{{s3.output}}", OUTPUTS) == ["a", "b", "c"]
+    assert resolve_references("{{s6.output}}", OUTPUTS) is None
+
+
+def test_paths_go_into_objects_lists_and_json_text():
+    assert resolve_references("{{s2.output.city}}", OUTPUTS) == "Paris"
+    assert resolve_references("{{s2.output.temps.1}}", OUTPUTS) == 14.0
+    assert resolve_references("{{s2.output.meta.unit}}", OUTPUTS) == "C"
+    assert resolve_references("{{s3.output.-1}}", OUTPUTS) == "c"
+    assert resolve_references("{{s4.output.items.1.name}}", OUTPUTS) == "y"
+    # The whole JSON text stays text: only a path parses it.
+    assert resolve_references("{{s4.output}}", OUTPUTS) == OUTPUTS["s4"]
+
+
+def test_embedded_references_are_stringified():
+    assert resolve_references("{{s1.output}} + 12", OUTPUTS) == "391 + 12"
+    assert resolve_references("in {{s2.output.city}}!", OUTPUTS) == "in Paris!"
+    assert resolve_references("t={{s2.output.temps}}", OUTPUTS) == "t=[12.5,14.0]"
+    assert resolve_references("m={{s2.output.meta}}", OUTPUTS) == 'm={"unit":"C"}'
+    assert resolve_references("{{s1.output}}{{s5.output}}", OUTPUTS) == "391plain text"
+    assert resolve_references("v: {{s6.output}}", OUTPUTS) == "v: null"
+
+
+def test_nested_values_are_resolved_and_untouched_containers_are_kept():
+    args = {"a": ["{{s1.output}}", {"b": "{{s3.output.0}}"}], "c": ("{{s1.output}}",)}
+    assert resolve_references(args, OUTPUTS) == {"a": [391, {"b": "a"}], "c": (391,)}
+    plain = {"a": ["x", {"b": 1}], "c": "no {{ reference"}
+    assert resolve_references(plain, OUTPUTS) is plain
+
+
+def test_a_step_without_output_is_named():
+    with pytest.raises(UnresolvedReferenceError) as info:
+        resolve_references({"x": "{{s9.output.a}}"}, OUTPUTS)
+    assert "s9" in str(info.value) and "no output" in str(info.value)
+    assert info.value.step_id == "s9" and info.value.path == ("a",)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("reference", "expected"),
+    [
+        ("{{s2.output.country}}", "output has no 'country'; it is an object with keys ['city'"),
+        ("{{s2.output.temps.5}}", "output.temps has no '5'; it is a list of 2 items"),
+        ("{{s3.output.x}}", "output has no 'x'; it is a list of 3 items"),
+        ("{{s1.output.a}}", "output has no 'a'; it is int 391"),
+        ("{{s5.output.a}}", "output has no 'a'; it is the text 'plain text'"),
+        ("{{s6.output.a}}", "output has no 'a'; it is null"),
+    ],
+)
+def test_a_missing_path_says_what_was_there(reference, expected):
+    with pytest.raises(UnresolvedReferenceError) as info:
+        resolve_references(f"x {reference}", OUTPUTS)
+    message = str(info.value)
+    assert message.startswith(reference)
+    assert expected in message
+
+
+def test_resolution_is_fast_enough_for_big_plans():
+    outputs = {f"s{i}": {"value": i, "items": list(range(5))} for i in range(1000)}
+    steps = [
+        {
+            "expression": f"{{{{s{i}.output.value}}}} + 1",
+            "items": f"{{{{s{i}.output.items}}}}",
+            "label": "no references here",
+            "limit": 10,
+        }
+        for i in range(1000)
+    ]
+    started = time.perf_counter()
+    for args in steps:
+        find_references(args)
+        resolve_references(args, outputs)
+    per_step = (time.perf_counter() - started) / len(steps)
+    assert per_step < 100e-6, f"{per_step * 1e6:.1f} µs per step"
