@@ -1,12 +1,49 @@
-"""Plan and Step: the DAG the planner writes and the executor runs."""
+"""Plan and Step: the DAG the planner writes and the executor runs.
+
+Wire format (what the LLM writes; camelCase emitted, snake_case also accepted)::
+
+    {"intent": "...", "title": "...", "steps": [
+      {"id": "s1", "description": "...", "tool": "calculator",
+       "args": {"expression": "17*23"}, "dependsOn": []},
+      {"id": "s2", "description": "...", "tool": "calculator",
+       "args": {"expression": "{{s1.output}} + 12"}, "dependsOn": ["s1"]}]}
+
+A reference `{{sN.output...}}` in a step's arguments implies a dependency on sN.
+`validate_plan` reports every problem of a plan at once; `Plan.dumps` is deterministic.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from art._models import ArtModel
+from art.references import find_references, iter_references
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["Plan", "Step", "validate_plan"]
+
+# What LLMs write instead of the wire names; mapped before validation.
+_STEP_ALIASES: dict[str, str] = {
+    "step_id": "id",
+    "stepId": "id",
+    "arguments": "args",
+    "parameters": "args",
+    "params": "args",
+    "input": "args",
+    "dependencies": "depends_on",
+    "deps": "depends_on",
+    "depends": "depends_on",
+    "tool_name": "tool",
+    "toolName": "tool",
+}
+_NO_TOOL = frozenset({"", "none", "null", "reasoning", "llm"})
 
 
 class Step(ArtModel):
@@ -18,6 +55,29 @@ class Step(ArtModel):
     args: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _llm_spellings(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        data = dict(value)
+        for alias, name in _STEP_ALIASES.items():
+            if alias in data and name not in data and _camel(name) not in data:
+                data[name] = data.pop(alias)
+        return data
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("tool", mode="before")
+    @classmethod
+    def _no_tool(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in _NO_TOOL:
+            return None
+        return value
+
     @field_validator("args", mode="before")
     @classmethod
     def _none_args(cls, value: Any) -> Any:
@@ -26,7 +86,32 @@ class Step(ArtModel):
     @field_validator("depends_on", mode="before")
     @classmethod
     def _none_deps(cls, value: Any) -> Any:
-        return [] if value is None else value
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @property
+    def references(self) -> list[str]:
+        """Step ids referenced in `args`, in order of first appearance."""
+        return list(dict.fromkeys(iter_references(self.args)))
+
+    @property
+    def all_dependencies(self) -> list[str]:
+        """`depends_on` plus every referenced step, without repeats, in a stable order."""
+        return list(dict.fromkeys([*self.depends_on, *iter_references(self.args)]))
+
+    @property
+    def is_reasoning(self) -> bool:
+        return self.tool is None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 class Plan(ArtModel):
@@ -35,3 +120,238 @@ class Plan(ArtModel):
     intent: str = ""
     title: str = ""
     steps: list[Step] = Field(default_factory=list)
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _none_steps(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    # -- lookup -----------------------------------------------------------------------
+    def step(self, step_id: str) -> Step:
+        """The step with id `step_id`; KeyError naming the known ids otherwise."""
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        known = ", ".join(s.id for s in self.steps) or "none"
+        raise KeyError(f"no step {step_id!r} in the plan (steps: {known})")
+
+    @property
+    def step_ids(self) -> list[str]:
+        return [step.id for step in self.steps]
+
+    # -- graph ------------------------------------------------------------------------
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The DAG: a node per step (attribute `step`), an edge from each dependency.
+
+        Dependencies on steps outside the plan (finished steps of an earlier plan) are
+        not nodes; `validate_plan` reports unknown ones.
+        """
+        import networkx as nx
+
+        graph = nx.DiGraph()
+        for step in self.steps:
+            if step.id not in graph:
+                graph.add_node(step.id, step=step)
+        for step in self.steps:
+            for dependency in step.all_dependencies:
+                if dependency in graph:
+                    graph.add_edge(dependency, step.id)
+        return graph
+
+    def to_mermaid(self) -> str:
+        """The DAG as a Mermaid flowchart (top-down), in step order."""
+        lines = ["flowchart TD"]
+        node_ids: dict[str, str] = {}
+        for index, step in enumerate(self.steps):
+            if step.id in node_ids:
+                continue
+            node_ids[step.id] = _mermaid_id(step.id, index)
+            what = step.tool if step.tool is not None else "reasoning"
+            label = f"{step.id}: {what}"
+            if step.description:
+                label = f"{label}<br/>{_shorten(step.description, 60)}"
+            lines.append(f'    {node_ids[step.id]}["{_mermaid_text(label)}"]')
+        external = sorted({d for s in self.steps for d in s.all_dependencies if d not in node_ids})
+        for index, dependency in enumerate(external):
+            node_ids[dependency] = _mermaid_id(dependency, len(self.steps) + index)
+            lines.append(
+                f'    {node_ids[dependency]}(["{_mermaid_text(dependency)}: finished earlier"])'
+            )
+        seen: set[tuple[str, str]] = set()
+        for step in self.steps:
+            for dependency in step.all_dependencies:
+                edge = (node_ids[dependency], node_ids[step.id])
+                if edge not in seen:
+                    seen.add(edge)
+                    lines.append(f"    {edge[0]} --> {edge[1]}")
+        return "\n".join(lines)
+
+    # -- serialization ----------------------------------------------------------------
+    def dumps(self) -> str:
+        """Deterministic JSON (camelCase, sorted keys): the same plan gives the same bytes."""
+        return json.dumps(
+            self.model_dump(mode="json", by_alias=True),
+            sort_keys=True,
+            indent=2,
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> Plan:
+        """The plan in `text` (what `dumps` wrote, or any wire-format JSON)."""
+        return cls.model_validate_json(text)
+
+
+_MERMAID_SAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _mermaid_id(step_id: str, index: int) -> str:
+    safe = _MERMAID_SAFE.sub("_", step_id)
+    # Mermaid reserves some words ("end", "graph", ...); a prefix keeps every id a plain node.
+    return f"n_{safe}" if safe == step_id else f"n{index}_{safe}"
+
+
+def _mermaid_text(text: str) -> str:
+    return text.replace('"', "#quot;").replace("\n", " ")
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+def validate_plan(
+    plan: Plan, registry: Any, *, completed: Iterable[str] = frozenset()
+) -> list[str]:
+    """Every problem that stops `plan` from running; empty when it is valid.
+
+    Checks unknown tools, duplicate ids, dependencies on missing steps or on the step
+    itself, cycles, references to unknown steps, and arguments that break the tool's
+    `input_schema` (arguments built from references are checked when the step runs).
+    `completed` holds ids of steps that finished in an earlier plan (replanning): they
+    may be depended on and referenced, but not defined again.
+    """
+    done = frozenset(completed)
+    problems: list[str] = []
+    ids = [step.id for step in plan.steps]
+    defined = set(ids)
+    tool_names = list(registry.names())
+    known_tools = set(tool_names)
+
+    first_seen: dict[str, int] = {}
+    for position, step in enumerate(plan.steps, start=1):
+        label = f"step {step.id!r}"
+        if not step.id.strip():
+            problems.append(f"step {position} has an empty id; give every step an id like 's1'")
+        elif step.id in first_seen:
+            problems.append(
+                f"duplicate step id {step.id!r} (steps {first_seen[step.id]} and {position}); "
+                "every step needs its own id"
+            )
+        else:
+            first_seen[step.id] = position
+        if step.id in done:
+            problems.append(
+                f"{label} is already finished in the earlier plan; do not define it again "
+                f"(refer to its output as {{{{{step.id}.output}}}} and use a new id)"
+            )
+
+        if step.tool is not None and step.tool not in known_tools:
+            known = ", ".join(tool_names) if tool_names else "none"
+            problems.append(
+                f"{label} uses unknown tool {step.tool!r}; known tools: {known} "
+                "(use tool null for a reasoning step)"
+            )
+
+        for dependency in dict.fromkeys(step.depends_on):
+            if dependency == step.id:
+                problems.append(f"{label} depends on itself")
+            elif dependency not in defined and dependency not in done:
+                problems.append(
+                    f"{label} depends on {dependency!r}, which is not a step of the plan"
+                )
+        for reference in step.references:
+            if reference == step.id:
+                problems.append(f"{label} references its own output {{{{{step.id}.output}}}}")
+            elif reference not in defined and reference not in done:
+                problems.append(
+                    f"{label} references {{{{{reference}.output}}}}, "
+                    f"but there is no step {reference!r}"
+                )
+
+        if step.tool is not None and step.tool in known_tools:
+            problems.extend(_argument_problems(step, registry))
+
+    problems.extend(_cycle_problems(plan))
+    return problems
+
+
+def _cycle_problems(plan: Plan) -> list[str]:
+    import networkx as nx
+
+    graph = plan.graph
+    graph.remove_edges_from(list(nx.selfloop_edges(graph)))  # reported as self-dependencies
+    problems = []
+    order = {step_id: index for index, step_id in enumerate(plan.step_ids)}
+    components = [c for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    components.sort(key=lambda c: min(order.get(n, 0) for n in c))
+    for component in components:
+        start = min(component, key=lambda n: order.get(n, 0))
+        cycle = nx.find_cycle(graph.subgraph(component), source=start)
+        # Edges run from a dependency to its dependent; read backwards, "waits for".
+        path = [*(edge[0] for edge in cycle), cycle[0][0]][::-1]
+        problems.append(
+            "dependency cycle: " + " -> ".join(path) + " (each step waits for the next one, "
+            "so none can start; remove one of these dependencies)"
+        )
+    return problems
+
+
+def _argument_problems(step: Step, registry: Any) -> list[str]:
+    """Schema violations of the arguments that do not come from references."""
+    validator = _validator(registry, step.tool or "")
+    if validator is None:
+        return []
+    from_references = {key for key, value in step.args.items() if find_references(value)}
+    static_args = {k: v for k, v in step.args.items() if k not in from_references}
+    problems = []
+    for error in sorted(
+        validator.iter_errors(static_args), key=lambda e: ([str(p) for p in e.path], e.message)
+    ):
+        if error.validator == "required" and not error.path:
+            missing = _missing_required(error)
+            if missing in from_references:
+                continue  # produced at run time by a reference
+        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.path)
+        place = f"argument {where[1:]!r}" if where else "arguments"
+        message = error.message
+        if len(message) > 300:
+            message = message[:297] + "..."
+        problems.append(f"step {step.id!r} ({step.tool}) {place}: {message}")
+    return problems
+
+
+def _missing_required(error: Any) -> str | None:
+    # jsonschema's message is "'name' is a required property"
+    match = re.match(r"'(?P<name>.+)' is a required property", error.message)
+    return match.group("name") if match else None
+
+
+def _validator(registry: Any, name: str) -> Any:
+    get_validator = getattr(registry, "validator", None)
+    if callable(get_validator):
+        validator = get_validator(name)
+        if validator is not None:
+            return validator
+    tool = registry.get(name) if hasattr(registry, "get") else None
+    schema = getattr(getattr(tool, "schema", None), "input_schema", None)
+    if not isinstance(schema, dict):
+        return None
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema)

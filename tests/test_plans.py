@@ -1,0 +1,297 @@
+"""art.plans: the wire format, implied dependencies, graph, Mermaid, dumps and validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from art.plans import Plan, Step, validate_plan
+from art.registry import ToolRegistry
+from art.tooling import IToolExecutor, ToolResult, ToolSchema
+
+
+class Tool(IToolExecutor):
+    def __init__(self, name: str, input_schema: dict) -> None:
+        self.schema = ToolSchema(
+            name=name, description=f"The {name} tool.", input_schema=input_schema
+        )
+
+    async def execute(self, input, context):
+        return ToolResult(call_id=context.call_id, tool_name=self.schema.name, status="success")
+
+
+CALCULATOR = Tool(
+    "calculator",
+    {
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+    },
+)
+WEATHER = Tool(
+    "get_weather",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer", "minimum": 1},
+            "options": {
+                "type": "object",
+                "properties": {"unit": {"enum": ["C", "F"]}},
+            },
+        },
+        "required": ["city"],
+    },
+)
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    return ToolRegistry([CALCULATOR, WEATHER])
+
+
+def plan_of(*steps: dict, **fields) -> Plan:
+    return Plan.model_validate({"title": "t", "intent": "i", **fields, "steps": list(steps)})
+
+
+# -- wire format ------------------------------------------------------------------------------
+
+
+def test_the_wire_format_is_camel_case_and_snake_case_is_accepted():
+    step = Step.model_validate({"id": "s2", "tool": "calculator", "depends_on": ["s1"]})
+    assert step.depends_on == ["s1"]
+    assert Step.model_validate({"id": "s2", "dependsOn": ["s1"]}).depends_on == ["s1"]
+    wire = step.model_dump(by_alias=True)
+    assert wire["dependsOn"] == ["s1"] and "depends_on" not in wire
+
+
+def test_common_llm_spellings_are_understood():
+    step = Step.model_validate(
+        {"step_id": 3, "tool": "none", "arguments": {"a": 1}, "dependencies": "s1"}
+    )
+    assert (step.id, step.tool, step.args, step.depends_on) == ("3", None, {"a": 1}, ["s1"])
+    assert Step.model_validate({"id": "s1", "args": None, "dependsOn": None}).args == {}
+    # The wire name wins when both are present.
+    both = Step.model_validate({"id": "s1", "args": {"x": 1}, "arguments": {"y": 2}})
+    assert both.args == {"x": 1}
+
+
+def test_a_reference_implies_a_dependency_in_a_stable_order():
+    step = Step(
+        id="s4",
+        tool="calculator",
+        args={"expression": "{{s3.output}} + {{s1.output.a}}", "more": ["{{s2.output}}"]},
+        depends_on=["s2", "s1"],
+    )
+    assert step.references == ["s3", "s1", "s2"]
+    assert step.all_dependencies == ["s2", "s1", "s3"]
+    assert Step(id="s1", tool=None).is_reasoning
+
+
+def test_plan_step_lookup():
+    plan = plan_of({"id": "s1"}, {"id": "s2"})
+    assert plan.step("s2").id == "s2" and plan.step_ids == ["s1", "s2"]
+    with pytest.raises(KeyError, match="steps: s1, s2"):
+        plan.step("s9")
+
+
+# -- graph and Mermaid ------------------------------------------------------------------------
+
+DIAMOND = plan_of(
+    {"id": "s1", "tool": "get_weather", "args": {"city": "Paris"}, "description": "Paris"},
+    {"id": "s2", "tool": "get_weather", "args": {"city": "Rome"}, "description": "Rome"},
+    {
+        "id": "s3",
+        "tool": "calculator",
+        "args": {"expression": "{{s1.output.temp}} - {{s2.output.temp}}"},
+        "description": 'Difference "in C"',
+    },
+    {"id": "end", "tool": None, "dependsOn": ["s3"]},
+)
+
+
+def test_graph_has_a_node_per_step_and_an_edge_per_dependency():
+    graph = DIAMOND.graph
+    assert list(graph.nodes) == ["s1", "s2", "s3", "end"]
+    assert set(graph.edges) == {("s1", "s3"), ("s2", "s3"), ("s3", "end")}
+    assert graph.nodes["s3"]["step"].tool == "calculator"
+
+
+def test_mermaid_renders_the_dag():
+    assert DIAMOND.to_mermaid() == "\n".join(
+        [
+            "flowchart TD",
+            '    n_s1["s1: get_weather<br/>Paris"]',
+            '    n_s2["s2: get_weather<br/>Rome"]',
+            '    n_s3["s3: calculator<br/>Difference #quot;in C#quot;"]',
+            '    n_end["end: reasoning"]',
+            "    n_s1 --> n_s3",
+            "    n_s2 --> n_s3",
+            "    n_s3 --> n_end",
+        ]
+    )
+
+
+def test_mermaid_shows_steps_finished_in_an_earlier_plan():
+    plan = plan_of({"id": "s5", "tool": None, "args": {"x": "{{s1.output}}"}})
+    assert '    n_s1(["s1: finished earlier"])' in plan.to_mermaid()
+    assert "    n_s1 --> n_s5" in plan.to_mermaid()
+
+
+def test_mermaid_ids_are_safe():
+    plan = plan_of({"id": "fetch-data"}, {"id": "fetch_data", "dependsOn": ["fetch-data"]})
+    lines = plan.to_mermaid().splitlines()
+    assert lines[1].startswith('    n0_fetch_data["fetch-data')
+    assert lines[2].startswith('    n_fetch_data["fetch_data')
+    assert lines[3] == "    n0_fetch_data --> n_fetch_data"
+
+
+# -- deterministic serialization --------------------------------------------------------------
+
+
+def test_dumps_is_deterministic_and_round_trips():
+    first = DIAMOND.dumps()
+    reordered = Plan.model_validate(json.loads(json.dumps(DIAMOND.model_dump(), sort_keys=True)))
+    assert reordered.dumps() == first == DIAMOND.dumps()
+    data = json.loads(first)
+    assert list(data) == sorted(data) and "dependsOn" in data["steps"][0]
+    assert Plan.loads(first) == DIAMOND
+    assert Plan.loads(first.encode()) == DIAMOND
+
+
+def test_args_key_order_does_not_change_the_bytes():
+    a = plan_of({"id": "s1", "args": {"x": 1, "y": 2}})
+    b = plan_of({"id": "s1", "args": {"y": 2, "x": 1}})
+    assert a.dumps() == b.dumps()
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def test_a_valid_plan_has_no_problems(registry):
+    assert validate_plan(DIAMOND, registry) == []
+    assert validate_plan(Plan(), registry) == []  # no steps: the synthesis answers directly
+
+
+def test_an_unknown_tool_names_the_known_ones(registry):
+    plan = plan_of({"id": "s1", "tool": "calc", "args": {}})
+    assert validate_plan(plan, registry) == [
+        "step 's1' uses unknown tool 'calc'; known tools: calculator, get_weather "
+        "(use tool null for a reasoning step)"
+    ]
+
+
+def test_duplicate_ids_and_empty_ids(registry):
+    plan = plan_of({"id": "s1"}, {"id": "s2"}, {"id": "s1"}, {"id": " "})
+    problems = validate_plan(plan, registry)
+    assert "duplicate step id 's1' (steps 1 and 3); every step needs its own id" in problems
+    assert "step 4 has an empty id; give every step an id like 's1'" in problems
+
+
+def test_missing_and_self_dependencies(registry):
+    plan = plan_of({"id": "s1", "dependsOn": ["s1", "s7"]})
+    assert validate_plan(plan, registry) == [
+        "step 's1' depends on itself",
+        "step 's1' depends on 's7', which is not a step of the plan",
+    ]
+
+
+def test_references_to_unknown_or_own_steps(registry):
+    plan = plan_of(
+        {"id": "s1", "tool": None, "args": {"a": "{{s9.output.x}}", "b": "{{s1.output}}"}}
+    )
+    assert validate_plan(plan, registry) == [
+        "step 's1' references {{s9.output}}, but there is no step 's9'",
+        "step 's1' references its own output {{s1.output}}",
+    ]
+
+
+def test_cycles_are_named(registry):
+    plan = plan_of(
+        {"id": "s1", "dependsOn": ["s3"]},
+        {"id": "s2", "dependsOn": ["s1"]},
+        {"id": "s3", "args": {"x": "{{s2.output}}"}},
+        {"id": "s4", "dependsOn": ["s5"]},
+        {"id": "s5", "dependsOn": ["s4"]},
+    )
+    problems = validate_plan(plan, registry)
+    assert problems == [
+        "dependency cycle: s1 -> s3 -> s2 -> s1 (each step waits for the next one, so none "
+        "can start; remove one of these dependencies)",
+        "dependency cycle: s4 -> s5 -> s4 (each step waits for the next one, so none "
+        "can start; remove one of these dependencies)",
+    ]
+
+
+def test_arguments_are_checked_against_the_input_schema(registry):
+    plan = plan_of(
+        {"id": "s1", "tool": "get_weather", "args": {"days": 0, "options": {"unit": "K"}}},
+        {"id": "s2", "tool": "calculator", "args": {"expression": 5}},
+    )
+    assert validate_plan(plan, registry) == [
+        "step 's1' (get_weather) arguments: 'city' is a required property",
+        "step 's1' (get_weather) argument 'days': 0 is less than the minimum of 1",
+        "step 's1' (get_weather) argument 'options.unit': 'K' is not one of ['C', 'F']",
+        "step 's2' (calculator) argument 'expression': 5 is not of type 'string'",
+    ]
+
+
+def test_arguments_from_references_are_checked_at_run_time(registry):
+    plan = plan_of(
+        {"id": "s1", "tool": "get_weather", "args": {"city": "Oslo"}},
+        # `days` will be a number only once s1 ran; `city` is required and comes from s1.
+        {
+            "id": "s2",
+            "tool": "get_weather",
+            "args": {"city": "{{s1.output.city}}", "days": "{{s1.output.days}}"},
+        },
+    )
+    assert validate_plan(plan, registry) == []
+
+
+def test_finished_steps_of_an_earlier_plan_may_be_used_but_not_redefined(registry):
+    plan = plan_of(
+        {"id": "s3", "tool": "calculator", "args": {"expression": "{{s1.output}} * 2"}},
+        {"id": "s4", "tool": None, "dependsOn": ["s2", "s3"]},
+        {"id": "s1", "tool": "calculator", "args": {"expression": "1"}},
+    )
+    problems = validate_plan(plan, registry, completed={"s1", "s2"})
+    assert problems == [
+        "step 's1' is already finished in the earlier plan; do not define it again "
+        "(refer to its output as {{s1.output}} and use a new id)"
+    ]
+
+
+def test_every_problem_is_reported_at_once(registry):
+    plan = plan_of(
+        {"id": "s1", "tool": "nope"},
+        {"id": "s1", "dependsOn": ["s2"]},
+        {"id": "s2", "dependsOn": ["s2", "s9"], "args": {"x": "{{s8.output}}"}},
+        {"id": "s3", "tool": "calculator", "args": {}},
+    )
+    problems = validate_plan(plan, registry)
+    assert len(problems) == 6
+    assert any("unknown tool 'nope'" in p for p in problems)
+    assert any("duplicate step id 's1'" in p for p in problems)
+    assert any("'s2' depends on itself" in p for p in problems)
+    assert any("depends on 's9'" in p for p in problems)
+    assert any("no step 's8'" in p for p in problems)
+    assert any("'expression' is a required property" in p for p in problems)
+
+
+def test_a_registry_without_compiled_validators_works_too():
+    class MinimalRegistry:
+        def __init__(self, *tools):
+            self._tools = {t.schema.name: t for t in tools}
+
+        def names(self):
+            return list(self._tools)
+
+        def get(self, name):
+            return self._tools.get(name)
+
+    plan = plan_of({"id": "s1", "tool": "calculator", "args": {"expression": 1}})
+    assert validate_plan(plan, MinimalRegistry(CALCULATOR)) == [
+        "step 's1' (calculator) argument 'expression': 1 is not of type 'string'"
+    ]
