@@ -224,3 +224,71 @@ def test_the_plugin_module_imports_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# -- plan snapshots ---------------------------------------------------------------------------
+
+SNAPSHOT_PLAN = {
+    "intent": "compare temperatures",
+    "title": "Paris vs Rome",
+    "steps": [
+        {"id": "s1", "tool": "get_weather", "args": {"city": "Paris"}, "dependsOn": []},
+        {"id": "s2", "tool": "get_weather", "args": {"city": "Rome"}, "dependsOn": []},
+        {
+            "id": "s3",
+            "description": "Difference",
+            "tool": "calculator",
+            "args": {"expression": "{{s1.output.temp}} - {{s2.output.temp}}"},
+            "dependsOn": [],
+        },
+    ],
+}
+
+
+def test_render_plan_text_is_readable_and_deterministic():
+    from art.plans import Plan
+    from art.testing import render_plan_text
+
+    plan = Plan.model_validate(SNAPSHOT_PLAN)
+    text = render_plan_text(plan)
+    assert text.startswith("# Paris vs Rome\n\nintent: compare temperatures\n")
+    assert "## s3 · calculator\n\ndescription: Difference\ndepends on: s1, s2\n" in text
+    assert '"expression": "{{s1.output.temp}} - {{s2.output.temp}}"' in text
+    assert "```mermaid\nflowchart TD\n" in text and "n_s1 --> n_s3" in text
+    assert render_plan_text(Plan.loads(plan.dumps())) == text
+    assert "(no steps" in render_plan_text(Plan())
+
+
+def test_a_plan_matches_its_snapshot(plan_snapshot):
+    from art.plans import Plan
+
+    assert Plan.model_validate(SNAPSHOT_PLAN) == plan_snapshot
+
+
+def test_plan_snapshots_are_written_compared_and_diffed(pytester, monkeypatch):
+    # Only the two plugins this needs, so each inner run starts quickly.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugins = ("-p", "no:cacheprovider", "-p", "syrupy", "-p", "art.testing.plugin")
+    pytester.makepyfile(
+        test_plan="""
+        import os
+        from art.plans import Plan
+
+        def test_plan(plan_snapshot):
+            tool = os.environ.get("PLAN_TOOL", "calculator")
+            plan = Plan.model_validate(
+                {"title": "T", "steps": [{"id": "s1", "tool": tool, "args": {"x": 1}}]}
+            )
+            assert plan == plan_snapshot
+        """
+    )
+    pytester.runpytest_inprocess(*plugins, "--snapshot-update").assert_outcomes(passed=1)
+    [stored] = list(pytester.path.glob("__snapshots__/test_plan/*.plan.md"))
+    assert "## s1 · calculator" in stored.read_text()
+
+    pytester.runpytest_inprocess(*plugins).assert_outcomes(passed=1)
+
+    monkeypatch.setenv("PLAN_TOOL", "http_get")
+    changed = pytester.runpytest_inprocess(*plugins)
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(["*- ## s1 · calculator*", "*+ ## s1 · http_get*"])

@@ -15,6 +15,8 @@ _EXPORTS: dict[str, str] = {
     "ScriptError": "art.testing.scripted",
     "replies": "art.testing.scripted",
     "make_run_context": "art.testing.runs",
+    "PlanSnapshotExtension": "art.testing.snapshots",
+    "render_plan_text": "art.testing.snapshots",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -41,3 +43,4 @@ if TYPE_CHECKING:
         ScriptError,
         replies,
     )
+    from art.testing.snapshots import PlanSnapshotExtension, render_plan_text  # noqa: F401

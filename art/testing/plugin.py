@@ -39,3 +39,11 @@ def run_context() -> RunContext:
     from art.testing.runs import make_run_context
 
     return make_run_context()
+
+
+@pytest.fixture
+def plan_snapshot(snapshot: Any) -> Any:
+    """syrupy's `snapshot`, storing plans as readable Markdown: `assert plan == plan_snapshot`."""
+    from art.testing.snapshots import PlanSnapshotExtension
+
+    return snapshot.use_extension(PlanSnapshotExtension)
