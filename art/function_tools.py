@@ -252,7 +252,7 @@ def _description(doc: docstring_parser.Docstring) -> str:
         summary = f"{summary} {first_paragraph}"
     description = _one_line(summary)
     if doc.returns is not None and doc.returns.description:
-        description = f"{description} Returns {_one_line(doc.returns.description)}".strip()
+        description = f"{description} Returns: {_one_line(doc.returns.description)}".strip()
     return description
 
 

@@ -54,7 +54,7 @@ def test_decorator_builds_an_executor_with_a_schema():
     schema = get_weather.schema
     assert schema.name == "get_weather"
     assert schema.description == (
-        "Look up the weather forecast for a city. Returns A dict with the city, the unit "
+        "Look up the weather forecast for a city. Returns: A dict with the city, the unit "
         "and one temperature per day."
     )
     assert schema.execution_mode == "functional"
