@@ -1,0 +1,184 @@
+"""Storage fixtures: every adapter behind one factory, and a throwaway PostgreSQL server.
+
+PostgreSQL comes from `ART_TEST_POSTGRES_URL` if set; otherwise, when the server binaries
+are installed, the session starts its own with `.ci/postgres.sh` and stops it at the end.
+Without either, PostgreSQL tests skip, except under `CI`, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from art.state import StorageAdapter
+
+REPO = Path(__file__).resolve().parents[2]
+POSTGRES_SCRIPT = REPO / ".ci" / "postgres.sh"
+TABLES = ("events", "messages", "suspensions", "steps", "runs", "threads")
+
+
+def _postgres_binaries_present() -> bool:
+    return any(Path("/usr/lib/postgresql").glob("*/bin/initdb")) or bool(shutil.which("initdb"))
+
+
+def _no_postgres(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL is required in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URL of a PostgreSQL database for tests (a server this session starts if need be)."""
+    url = os.environ.get("ART_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    if not _postgres_binaries_present():
+        _no_postgres("no ART_TEST_POSTGRES_URL and no PostgreSQL binaries (.ci/postgres.sh)")
+    started = subprocess.run(
+        [str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=120
+    )
+    if started.returncode != 0:
+        _no_postgres(f".ci/postgres.sh start failed:\n{started.stderr}")
+    exported = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in started.stdout.splitlines()
+        if line.startswith("export ")
+    )
+    try:
+        yield exported["ART_TEST_POSTGRES_URL"]
+    finally:
+        subprocess.run(
+            [str(POSTGRES_SCRIPT), "stop", exported["ART_TEST_POSTGRES_DIR"]],
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def _with_database(url: str, database: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(url)
+    params["dbname"] = database
+    return make_conninfo(**params)
+
+
+@pytest.fixture
+def postgres_database(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test server, dropped after the test."""
+    import psycopg
+
+    name = f"art_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(postgres_server, name)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_tables(postgres_server: str) -> str:
+    """The session's database with art's tables created (once)."""
+    from art.adapters.postgres import PostgresStorage
+
+    async def create_tables() -> None:
+        storage = PostgresStorage(postgres_server)
+        await storage.open()
+        await storage.close()
+
+    asyncio.run(create_tables())
+    return postgres_server
+
+
+def _emptied(url: str) -> str:
+    """The session's database with every table emptied: cheaper than a database per test."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+    return url
+
+
+ADAPTERS = [
+    "memory",
+    "sqlite",
+    "sqlite_full",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+DURABLE_ADAPTERS = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+StorageFactory = Callable[[], Awaitable[StorageAdapter]]
+
+
+def _target(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if kind == "memory":
+        return "memory://"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'art.db'}"
+    if kind == "sqlite_full":
+        return f"sqlite:///{tmp_path / 'art.db'}?synchronous=full"
+    if kind == "postgres":
+        return _emptied(request.getfixturevalue("postgres_tables"))
+    raise AssertionError(kind)
+
+
+@pytest.fixture(params=ADAPTERS)
+def storage_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A storage URL of each kind; durable kinds start empty."""
+    return _target(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=DURABLE_ADAPTERS)
+def durable_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return _target(request.param, request, tmp_path)
+
+
+@asynccontextmanager
+async def _factory(target: str) -> AsyncIterator[StorageFactory]:
+    from art.storage import open_storage
+
+    opened: list[StorageAdapter] = []
+
+    async def make() -> StorageAdapter:
+        storage = open_storage(target)
+        await storage.open()
+        opened.append(storage)
+        return storage
+
+    try:
+        yield make
+    finally:
+        for storage in opened:
+            await storage.close()
+
+
+@pytest.fixture
+async def storage_factory(storage_target: str) -> AsyncIterator[StorageFactory]:
+    """Builds (and opens) adapters of one kind; on durable kinds all share one database."""
+    async with _factory(storage_target) as make:
+        yield make
+
+
+@pytest.fixture
+async def durable_factory(durable_target: str) -> AsyncIterator[StorageFactory]:
+    async with _factory(durable_target) as make:
+        yield make
+
+
+@pytest.fixture
+async def storage(storage_factory: StorageFactory) -> StorageAdapter:
+    return await storage_factory()

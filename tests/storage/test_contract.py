@@ -1,0 +1,533 @@
+"""The StorageAdapter contract, run on every adapter (memory, sqlite, sqlite with
+synchronous=full, postgres)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
+from art.plans import Plan
+from art.responses import ConversationMessage, MessageMetadata, RunError, Source, StepRecord
+from art.state import RunRecord, StorageAdapter, StoredEvent, Suspension
+from art.tooling import ToolResult
+from art.usage import TokenUsage
+
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def make_run(thread_id: str, query: str = "what is 17*23?", **fields: object) -> RunRecord:
+    return RunRecord(
+        run_id=new_id(),
+        thread_id=thread_id,
+        trace_id=uuid.uuid4().hex,
+        query=query,
+        **fields,
+    )
+
+
+def make_plan() -> Plan:
+    return Plan.model_validate(
+        {
+            "intent": "multiply then add",
+            "title": "Arithmetic",
+            "steps": [
+                {"id": "s1", "description": "multiply", "tool": "calculator",
+                 "args": {"expression": "17*23"}},
+                {"id": "s2", "description": "add", "tool": "calculator",
+                 "args": {"expression": "{{s1.output}} + 12"}, "dependsOn": ["s1"]},
+            ],
+        }
+    )  # fmt: skip
+
+
+def completed_step(step_id: str, output: object) -> StepRecord:
+    return StepRecord(
+        step_id=step_id,
+        tool="calculator",
+        status="completed",
+        attempts=1,
+        started_at=T0,
+        ended_at=T0 + timedelta(seconds=1),
+        args={"expression": "17*23"},
+        result=ToolResult(
+            call_id=f"call-{step_id}",
+            tool_name="calculator",
+            status="success",
+            output=output,
+            metadata={"unit": "none"},
+        ),
+    )
+
+
+# -- runs -------------------------------------------------------------------------------
+
+
+async def test_run_round_trips_every_field(storage: StorageAdapter) -> None:
+    run = make_run(
+        "t-round",
+        status="partial",
+        user_id="u1",
+        session_id="sess",
+        plan=make_plan(),
+        replans=1,
+        steps={"s1": completed_step("s1", {"value": 391, "parts": [17, 23]})},
+        llm_calls=2,
+        tool_calls=1,
+        usage=TokenUsage(prompt_tokens=10, completion_tokens=5, total_tokens=15),
+        llm_cost=0.25,
+        error=RunError(code="STEP_FAILED", message="s2 failed", problems=["boom"]),
+        answer="391",
+        version=3,
+    )
+    await storage.create_run(run)
+
+    loaded = await storage.get_run(run.run_id)
+
+    assert loaded is not None
+    assert loaded.model_dump() == run.model_dump()
+    assert loaded.steps["s1"].output == {"value": 391, "parts": [17, 23]}
+    assert loaded.plan is not None and loaded.plan.steps[1].depends_on == ["s1"]
+
+
+async def test_unknown_run_is_none_and_duplicate_run_is_refused(storage: StorageAdapter) -> None:
+    run = make_run("t-dup")
+    await storage.create_run(run)
+
+    assert await storage.get_run("no-such-run") is None
+    with pytest.raises(ValueError, match="already exists"):
+        await storage.create_run(run)
+
+
+async def test_active_run_is_the_newest_running_or_suspended(storage: StorageAdapter) -> None:
+    assert await storage.get_active_run("t-active") is None
+    older = make_run("t-active", "first", status="suspended")
+    newer = make_run("t-active", "second", status="running")
+    done = make_run("t-active", "third", status="completed")
+    other_thread = make_run("t-other", "elsewhere", status="running")
+    for run in (older, newer, done, other_thread):
+        await storage.create_run(run)
+
+    active = await storage.get_active_run("t-active")
+    assert active is not None and active.run_id == newer.run_id
+
+    newer.status = "abandoned"
+    await storage.update_run(newer)
+    active = await storage.get_active_run("t-active")
+    assert active is not None and active.run_id == older.run_id
+
+    older.status = "completed"
+    await storage.update_run(older)
+    assert await storage.get_active_run("t-active") is None
+
+
+async def test_list_runs_oldest_first_and_per_thread(storage: StorageAdapter) -> None:
+    runs = [make_run("t-list", f"query {i}") for i in range(5)]
+    for run in runs:
+        await storage.create_run(run)
+    await storage.create_run(make_run("t-list-other"))
+
+    listed = await storage.list_runs("t-list")
+
+    assert [r.run_id for r in listed] == [r.run_id for r in runs]
+    assert await storage.list_runs("t-nobody") == []
+
+
+async def test_update_run_stores_fields_but_never_steps(storage: StorageAdapter) -> None:
+    run = make_run("t-update")
+    await storage.create_run(run)
+    await storage.save_step(run.run_id, completed_step("s1", 391))
+
+    # The caller's copy has no steps, or a stale one: update_run must not touch them.
+    run.status = "completed"
+    run.plan = make_plan()
+    run.answer = "the answer is 403"
+    run.llm_calls = 2
+    run.steps = {"s1": StepRecord(step_id="s1", status="pending"), "zz": StepRecord(step_id="zz")}
+    await storage.update_run(run)
+
+    loaded = await storage.get_run(run.run_id)
+    assert loaded is not None
+    assert (loaded.status, loaded.answer, loaded.llm_calls) == ("completed", run.answer, 2)
+    assert loaded.plan == make_plan()
+    assert list(loaded.steps) == ["s1"]
+    assert loaded.steps["s1"].status == "completed" and loaded.steps["s1"].output == 391
+
+
+async def test_writes_to_an_unknown_run_raise_key_error(storage: StorageAdapter) -> None:
+    with pytest.raises(KeyError):
+        await storage.update_run(make_run("t-ghost"))
+    with pytest.raises(KeyError):
+        await storage.save_step("no-such-run", completed_step("s1", 1))
+
+
+async def test_save_step_upserts_and_keeps_first_position(storage: StorageAdapter) -> None:
+    run = make_run("t-steps")
+    await storage.create_run(run)
+    for step_id in ("s2", "s10", "s1"):
+        await storage.save_step(
+            run.run_id, StepRecord(step_id=step_id, status="in_progress", attempts=1)
+        )
+    await storage.save_step(run.run_id, completed_step("s2", "two"))
+    retried = StepRecord(step_id="s10", status="in_progress", attempts=2)
+    await storage.save_step(run.run_id, retried)
+
+    loaded = await storage.get_run(run.run_id)
+
+    assert loaded is not None
+    assert list(loaded.steps) == ["s2", "s10", "s1"]
+    assert loaded.steps["s2"].status == "completed" and loaded.steps["s2"].output == "two"
+    assert loaded.steps["s10"].attempts == 2
+    assert loaded.steps["s1"].status == "in_progress"
+
+
+async def test_stored_records_are_copies(storage: StorageAdapter) -> None:
+    run = make_run("t-copies")
+    await storage.create_run(run)
+    step = completed_step("s1", {"items": [1, 2]})
+    await storage.save_step(run.run_id, step)
+
+    step.result.output["items"].append(3)  # type: ignore[union-attr]
+    run.query = "changed after create"
+    loaded = await storage.get_run(run.run_id)
+    assert loaded is not None
+    loaded.steps["s1"].result.output["items"].append(4)  # type: ignore[union-attr]
+
+    again = await storage.get_run(run.run_id)
+    assert again is not None
+    assert again.query == "what is 17*23?"
+    assert again.steps["s1"].output == {"items": [1, 2]}
+
+
+async def test_outputs_json_cannot_carry_are_stored_as_text(storage: StorageAdapter) -> None:
+    run = make_run("t-odd")
+    await storage.create_run(run)
+    step = completed_step("s1", {"tags": {"b"}, "raw": b"bytes", "obj": object()})
+    await storage.save_step(run.run_id, step)
+
+    loaded = await storage.get_run(run.run_id)
+    assert loaded is not None
+    output = loaded.steps["s1"].output
+    assert output["tags"] == ["b"] and output["raw"] == "bytes"
+    assert output["obj"].startswith("<object object")
+
+
+# -- suspensions ------------------------------------------------------------------------
+
+
+def make_suspension(thread_id: str, run_id: str, step_id: str = "s2") -> Suspension:
+    return Suspension(
+        suspension_id=new_id(),
+        thread_id=thread_id,
+        run_id=run_id,
+        step_id=step_id,
+        tool_name="ask_human",
+        call_id=f"call-{step_id}",
+        args={"question": "Send the email?"},
+        prompt={"question": "Send the email?", "options": ["yes", "no"]},
+        created_at=T0,
+    )
+
+
+async def test_suspension_round_trip_and_decision(storage: StorageAdapter) -> None:
+    run = make_run("t-susp", status="suspended")
+    await storage.create_run(run)
+    first = make_suspension("t-susp", run.run_id, "s2")
+    second = make_suspension("t-susp", run.run_id, "s3")
+    await storage.add_suspension(first)
+    await storage.add_suspension(second)
+
+    pending = await storage.list_suspensions("t-susp")
+    assert [s.model_dump() for s in pending] == [first.model_dump(), second.model_dump()]
+
+    decided = await storage.decide_suspension(
+        "t-susp", first.suspension_id, {"approved": True, "note": "go"}
+    )
+    assert decided.decision == {"approved": True, "note": "go"}
+    assert decided.decided_at is not None and not decided.pending
+
+    assert [s.suspension_id for s in await storage.list_suspensions("t-susp")] == [
+        second.suspension_id
+    ]
+    everything = await storage.list_suspensions("t-susp", pending_only=False)
+    assert [s.suspension_id for s in everything] == [first.suspension_id, second.suspension_id]
+    assert everything[0].decision == {"approved": True, "note": "go"}
+    assert everything[0].decided_at == decided.decided_at
+    assert await storage.list_suspensions("t-nobody") == []
+
+
+async def test_decide_unknown_or_twice_raises_with_codes(storage: StorageAdapter) -> None:
+    run = make_run("t-decide")
+    await storage.create_run(run)
+    suspension = make_suspension("t-decide", run.run_id)
+    await storage.add_suspension(suspension)
+
+    with pytest.raises(SuspensionError) as unknown:
+        await storage.decide_suspension("t-decide", "nope", {"approved": True})
+    assert unknown.value.code == RunErrorCode.SUSPENSION_NOT_FOUND
+    with pytest.raises(SuspensionError) as wrong_thread:
+        await storage.decide_suspension("t-else", suspension.suspension_id, {})
+    assert wrong_thread.value.code == RunErrorCode.SUSPENSION_NOT_FOUND
+
+    await storage.decide_suspension("t-decide", suspension.suspension_id, {"approved": False})
+    with pytest.raises(SuspensionError) as twice:
+        await storage.decide_suspension("t-decide", suspension.suspension_id, {"approved": True})
+    assert twice.value.code == RunErrorCode.SUSPENSION_ALREADY_DECIDED
+    (stored,) = await storage.list_suspensions("t-decide", pending_only=False)
+    assert stored.decision == {"approved": False}
+
+
+async def test_concurrent_decisions_exactly_one_wins(storage: StorageAdapter) -> None:
+    run = make_run("t-race")
+    await storage.create_run(run)
+    suspensions = [make_suspension("t-race", run.run_id, f"s{i}") for i in range(5)]
+    for suspension in suspensions:
+        await storage.add_suspension(suspension)
+
+    for suspension in suspensions:
+        outcomes = await asyncio.gather(
+            storage.decide_suspension("t-race", suspension.suspension_id, {"by": "a"}),
+            storage.decide_suspension("t-race", suspension.suspension_id, {"by": "b"}),
+            return_exceptions=True,
+        )
+        winners = [o for o in outcomes if isinstance(o, Suspension)]
+        losers = [o for o in outcomes if isinstance(o, SuspensionError)]
+        assert len(winners) == 1 and len(losers) == 1, outcomes
+        assert losers[0].code == RunErrorCode.SUSPENSION_ALREADY_DECIDED
+        (stored,) = [
+            s
+            for s in await storage.list_suspensions("t-race", pending_only=False)
+            if s.suspension_id == suspension.suspension_id
+        ]
+        assert stored.decision == winners[0].decision
+
+
+async def test_concurrent_decisions_from_two_instances(durable_factory) -> None:
+    first, second = await durable_factory(), await durable_factory()
+    run = make_run("t-race2")
+    await first.create_run(run)
+    suspensions = [make_suspension("t-race2", run.run_id, f"s{i}") for i in range(10)]
+    for suspension in suspensions:
+        await first.add_suspension(suspension)
+
+    outcomes = await asyncio.gather(
+        *(
+            storage.decide_suspension("t-race2", s.suspension_id, {"by": who})
+            for s in suspensions
+            for storage, who in ((first, "first"), (second, "second"))
+        ),
+        return_exceptions=True,
+    )
+
+    for pair in zip(outcomes[::2], outcomes[1::2], strict=True):
+        kinds = sorted(type(o).__name__ for o in pair)
+        assert kinds == ["Suspension", "SuspensionError"], pair
+
+
+# -- conversation -----------------------------------------------------------------------
+
+
+async def test_history_keeps_the_last_messages_oldest_first(storage: StorageAdapter) -> None:
+    messages = [
+        ConversationMessage(
+            thread_id="t-hist",
+            role="user" if i % 2 == 0 else "assistant",
+            content=f"message {i}",
+            timestamp=T0 + timedelta(minutes=i),
+            metadata=MessageMetadata(
+                sources=[Source(source_name="calc", url=None)], ui_metadata={"i": i}
+            ),
+        )
+        for i in range(6)
+    ]
+    for message in messages:
+        await storage.append_message(message)
+    await storage.append_message(
+        ConversationMessage(thread_id="t-hist-other", role="user", content="elsewhere")
+    )
+
+    assert [m.content for m in await storage.get_history("t-hist", limit=3)] == [
+        "message 3",
+        "message 4",
+        "message 5",
+    ]
+    full = await storage.get_history("t-hist")
+    assert [m.model_dump() for m in full] == [m.model_dump() for m in messages]
+    assert await storage.get_history("t-hist", limit=0) == []
+    assert await storage.get_history("t-nobody") == []
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+async def test_event_log_queries_by_name_time_and_limit(storage: StorageAdapter) -> None:
+    names = ["session:start", "plan:created", "tool:before", "tool:after", "session:end"]
+    events = [
+        StoredEvent(
+            thread_id="t-events",
+            run_id="r1",
+            name=name,
+            data={"i": i, "nested": {"ok": True}},
+            trace_id="a" * 32,
+            span_id=f"{i:016x}",
+            parent_span_id="0" * 16 if i else None,
+            timestamp=T0 + timedelta(seconds=i),
+        )
+        for i, name in enumerate(names)
+    ]
+    await storage.append_events(events[:2])
+    await storage.append_events([StoredEvent(thread_id="t-events-other", name="session:start")])
+    await storage.append_events(events[2:])
+    await storage.append_events([])
+
+    everything = await storage.query_events("t-events")
+    assert [e.name for e in everything] == names
+    seqs = [e.seq for e in everything]
+    assert all(isinstance(s, int) for s in seqs) and seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
+    assert everything[3].model_dump(exclude={"seq"}) == events[3].model_dump(exclude={"seq"})
+
+    tools = await storage.query_events("t-events", names=["tool:before", "tool:after"])
+    assert [e.data["i"] for e in tools] == [2, 3]
+    window = await storage.query_events(
+        "t-events", since=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=3)
+    )
+    assert [e.data["i"] for e in window] == [1, 2]  # since inclusive, until exclusive
+    naive_since = (T0 + timedelta(seconds=4)).replace(tzinfo=None)  # naive means UTC
+    assert [e.name for e in await storage.query_events("t-events", since=naive_since)] == [
+        "session:end"
+    ]
+    assert [e.name for e in await storage.query_events("t-events", limit=2)] == names[:2]
+    assert await storage.query_events("t-events", names=[]) == []
+    assert await storage.query_events("t-nobody") == []
+
+
+# -- threads ----------------------------------------------------------------------------
+
+
+async def test_list_threads_most_recently_updated_first(storage: StorageAdapter) -> None:
+    first = make_run("t-a", "first question")
+    await storage.create_run(first)
+    await storage.create_run(make_run("t-b", "b question", status="completed"))
+    await storage.append_message(ConversationMessage(thread_id="t-c", role="user", content="hi"))
+    later = make_run("t-a", "second question")
+    await storage.create_run(later)
+    await storage.create_run(make_run("t-d", "d question"))
+    first.status = "abandoned"
+    await storage.update_run(first)  # t-a is now the most recently updated
+
+    threads = await storage.list_threads()
+
+    assert [t.thread_id for t in threads] == ["t-a", "t-d", "t-c", "t-b"]
+    by_id = {t.thread_id: t for t in threads}
+    assert (by_id["t-a"].runs, by_id["t-a"].last_query, by_id["t-a"].last_status) == (
+        2,
+        "second question",
+        "running",
+    )
+    assert (by_id["t-c"].runs, by_id["t-c"].last_query, by_id["t-c"].last_status) == (
+        0,
+        None,
+        None,
+    )
+    assert by_id["t-b"].last_status == "completed"
+    assert all(t.updated_at is not None for t in threads)
+    assert threads[0].updated_at >= threads[-1].updated_at  # type: ignore[operator]
+    assert [t.thread_id for t in await storage.list_threads(limit=2)] == ["t-a", "t-d"]
+
+
+# -- the lease --------------------------------------------------------------------------
+
+
+async def test_lease_is_exclusive_per_thread_and_released(storage: StorageAdapter) -> None:
+    async with storage.lease("t-lease"):
+        with pytest.raises(ThreadBusyError) as busy:
+            async with storage.lease("t-lease"):
+                pytest.fail("a second holder entered the lease")
+        assert busy.value.code == RunErrorCode.THREAD_BUSY
+        assert busy.value.thread_id == "t-lease"
+        async with storage.lease("t-lease-other"):  # other threads are independent
+            pass
+
+    async with storage.lease("t-lease"):  # released at the end of the block
+        pass
+    with pytest.raises(RuntimeError):
+        async with storage.lease("t-lease"):
+            raise RuntimeError("the run crashed")
+    async with storage.lease("t-lease"):  # released when the block raised
+        pass
+
+
+async def test_lease_between_concurrent_coroutines(storage: StorageAdapter) -> None:
+    entered: list[int] = []
+
+    async def worker(i: int) -> str:
+        try:
+            async with storage.lease("t-contended"):
+                entered.append(i)
+                await asyncio.sleep(0.05)
+                return "ran"
+        except ThreadBusyError:
+            return "busy"
+
+    outcomes = await asyncio.gather(*(worker(i) for i in range(8)))
+
+    assert sorted(outcomes) == ["busy"] * 7 + ["ran"]
+    assert len(entered) == 1
+
+
+async def test_lease_excludes_another_instance_on_the_same_database(durable_factory) -> None:
+    first, second = await durable_factory(), await durable_factory()
+    async with first.lease("t-two"):
+        with pytest.raises(ThreadBusyError):
+            async with second.lease("t-two"):
+                pytest.fail("two instances held one thread")
+    async with second.lease("t-two"):
+        with pytest.raises(ThreadBusyError):
+            async with first.lease("t-two"):
+                pytest.fail("two instances held one thread")
+
+
+# -- reopen -----------------------------------------------------------------------------
+
+
+async def test_everything_survives_a_new_adapter_instance(durable_factory) -> None:
+    writer = await durable_factory()
+    run = make_run("t-reopen", plan=make_plan(), status="suspended")
+    await writer.create_run(run)
+    await writer.save_step(run.run_id, completed_step("s1", 391))
+    suspension = make_suspension("t-reopen", run.run_id)
+    await writer.add_suspension(suspension)
+    await writer.append_message(
+        ConversationMessage(thread_id="t-reopen", role="user", content="what is 17*23?")
+    )
+    await writer.append_events([StoredEvent(thread_id="t-reopen", name="suspended")])
+    await writer.close()
+
+    reader = await durable_factory()
+
+    loaded = await reader.get_active_run("t-reopen")
+    assert loaded is not None and loaded.run_id == run.run_id
+    assert loaded.plan == run.plan and loaded.steps["s1"].output == 391
+    (pending,) = await reader.list_suspensions("t-reopen")
+    assert pending.suspension_id == suspension.suspension_id
+    assert [m.content for m in await reader.get_history("t-reopen")] == ["what is 17*23?"]
+    assert [e.name for e in await reader.query_events("t-reopen")] == ["suspended"]
+    assert [t.thread_id for t in await reader.list_threads()] == ["t-reopen"]
+    decided = await reader.decide_suspension("t-reopen", suspension.suspension_id, {"ok": 1})
+    assert decided.decision == {"ok": 1}
+
+
+async def test_open_and_close_are_idempotent(storage_factory) -> None:
+    storage = await storage_factory()
+    await storage.open()
+    await storage.create_run(make_run("t-idem"))
+    await storage.close()
+    await storage.close()
