@@ -75,7 +75,9 @@ stop() {
     local dir="${1:-${ART_TEST_POSTGRES_DIR:-}}" bindir
     [[ -n "$dir" && -d "$dir/data" ]] || { log "no cluster to stop (${dir:-unset})"; return 0; }
     bindir="$(find_bindir)"
-    as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >&2 || true
+    # A fast shutdown: with fsync=off its checkpoint costs nothing, and it returns sooner than
+    # an immediate one, whose postmaster can wait seconds for children to notice.
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >&2 || true
     rm -rf "$dir"
 }
 
