@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import art
 from art.errors import ConfigurationError
 from art.events import EventBus
 from art.spans import SpanContext
@@ -265,3 +266,105 @@ def test_missing_opentelemetry_is_a_configuration_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_otel)
     with pytest.raises(ConfigurationError, match=r"pip install 'art-pes\[otel\]'"):
         enable_tracing(SimpleNamespace(events=EventBus()))
+
+
+# -- with the real engine ----------------------------------------------------------------
+class Rendezvous(art.IToolExecutor):
+    """A tool whose two calls each wait until the other has started (so they overlap)."""
+
+    schema = art.ToolSchema(
+        name="rendezvous",
+        description="Waits for its partner.",
+        input_schema={
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
+    )
+
+    def __init__(self) -> None:
+        self.started: dict[str, asyncio.Event] = {}
+
+    async def execute(self, input, context):
+        me = input["name"]
+        other = "b" if me == "a" else "a"
+        self.started.setdefault(me, asyncio.Event()).set()
+        await asyncio.wait_for(self.started.setdefault(other, asyncio.Event()).wait(), 5)
+        return art.ToolResult(
+            call_id=context.call_id, tool_name="rendezvous", status="success", output=me
+        )
+
+
+async def test_real_run_concurrent_steps_reasoning_step_and_llm_calls(
+    provider, exporter, scripted_model
+):
+    plan = {
+        "title": "Meet, then think",
+        "steps": [
+            {"id": "s1", "tool": "rendezvous", "args": {"name": "a"}},
+            {"id": "s2", "tool": "rendezvous", "args": {"name": "b"}},
+            {"id": "s3", "tool": None, "description": "compare", "dependsOn": ["s1", "s2"]},
+        ],
+    }
+    model = scripted_model(planning=plan, step="they met", synthesis="Both met.")
+    async with art.create_art_instance(
+        model=model.model, tools=[Rendezvous()], storage="memory://"
+    ) as inst:
+        enable_tracing(inst, provider)
+        resp = await inst.aprocess("meet", "trace-t1")
+    assert resp.status == "success"
+
+    spans = exporter.get_finished_spans()
+    by_name = _by_name(spans)
+    run = by_name["art.run"]
+    assert run.attributes["art.trace_id"] == resp.metadata.trace_id
+    assert run.attributes["art.run_id"] == resp.metadata.run_id
+    assert run.attributes["art.llm_calls"] == 3
+    steps = {name: by_name[f"art.step {name}"] for name in ("s1", "s2", "s3")}
+    for step in steps.values():
+        assert _parent_id(step) == run.context.span_id
+    s1, s2 = steps["s1"], steps["s2"]
+    assert s1.start_time < s2.end_time and s2.start_time < s1.end_time  # they overlapped
+    tools = [s for s in spans if s.name == "art.tool rendezvous"]
+    assert sorted(_parent_id(t) for t in tools) == sorted([s1.context.span_id, s2.context.span_id])
+    for tool in tools:
+        parent_step = s1 if _parent_id(tool) == s1.context.span_id else s2
+        assert tool.attributes["art.step_id"] == parent_step.attributes["art.step_id"]
+
+    llm_spans = [s for s in spans if s.name.startswith("art.llm")]
+    assert len(llm_spans) == model.call_count == 3  # one span per LLM call
+    assert _parent_id(by_name["art.llm planning"]) == by_name["art.plan"].context.span_id
+    assert _parent_id(by_name["art.plan"]) == run.context.span_id
+    assert _parent_id(by_name["art.llm step"]) == steps["s3"].context.span_id
+    assert _parent_id(by_name["art.llm synthesis"]) == run.context.span_id
+    assert by_name["art.llm synthesis"].attributes["gen_ai.usage.output_tokens"] == 2
+    assert len({s.context.trace_id for s in spans}) == 1
+
+
+async def test_real_suspended_and_resumed_run_gives_two_run_spans(
+    provider, exporter, scripted_model
+):
+    from art.tools import AskHuman, Calculator
+
+    plan = {
+        "title": "Ask first",
+        "steps": [
+            {"id": "s1", "tool": "ask_human", "args": {"question": "ok?"}},
+            {"id": "s2", "tool": "calculator", "args": {"expression": "1+1"}, "dependsOn": ["s1"]},
+        ],
+    }
+    model = scripted_model(planning=plan, synthesis="done")
+    async with art.create_art_instance(
+        model=model.model, tools=[AskHuman(), Calculator()], storage="memory://"
+    ) as inst:
+        enable_tracing(inst, provider)
+        first = await inst.aprocess("q", "trace-t2")
+        assert first.status == "suspended"
+        second = await inst.aresume_execution("trace-t2", first.metadata.suspension_id, True)
+    assert second.status == "success"
+
+    runs = [s for s in exporter.get_finished_spans() if s.name == "art.run"]
+    assert [r.attributes["art.status"] for r in runs] == ["suspended", "success"]
+    assert runs[1].attributes.get("art.resumed") is True
+    waiting = _by_name(exporter.get_finished_spans())["art.step s1"]
+    assert waiting.attributes["art.step.status"] == "waiting"

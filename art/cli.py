@@ -1,0 +1,1137 @@
+"""The `art` command: run, plan, resume and inspect threads from a terminal (typer + rich).
+
+It uses the public API only, and imports the engine (and litellm) inside the commands, so
+`art --help` starts in a fraction of a second. Exit codes: 0 success (a `partial` run
+included), 1 error, 2 usage or configuration mistake, 3 suspended waiting for a human.
+`--json` on every command prints exactly one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from art.events import Event
+    from art.instance import ArtInstance
+    from art.responses import AgentFinalResponse
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SUSPENDED = 3
+
+app = typer.Typer(
+    name="art",
+    epilog="Exit codes: 0 success (partial included), 1 error, 2 usage or configuration "
+    "mistake, 3 suspended waiting for approval. Docs: docs/cli.md",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Plain click help: typer's rich help imports markdown-it and takes ~0.3 s more.
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# -- shared options ---------------------------------------------------------------------
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        metavar="MODEL",
+        help="litellm model name (default: $ART_MODEL), e.g. openai/gpt-4o-mini or local/smollm2.",
+        show_default=False,
+    ),
+]
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        "-s",
+        metavar="URL",
+        help="memory://, sqlite:///path.db or postgresql://... (default: $ART_STORAGE, "
+        "else SQLite under the user data directory).",
+        show_default=False,
+    ),
+]
+ToolsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tools",
+        "-t",
+        metavar="MODULE:ATTR",
+        help="module:attr (or path/to/file.py:attr) naming a tool, a list of tools, or a "
+        "factory returning them. Repeatable. Replaces the built-in tools.",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
+]
+ThreadArgument = Annotated[
+    str, typer.Argument(help="The thread id.", show_default=False, metavar="THREAD")
+]
+
+
+class CliError(Exception):
+    """A failure the CLI reports in one line (no traceback) with a code and an exit code."""
+
+    def __init__(self, code: str, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.exit_code = exit_code
+
+
+@dataclass
+class Output:
+    """Where a command writes: a rich console on stdout, one on stderr, and the JSON flag."""
+
+    json: bool
+    console: Console = field(default_factory=lambda: make_console())
+    errors: Console = field(default_factory=lambda: make_console(stderr=True))
+
+    def emit_json(self, document: Any) -> None:
+        # Plain stdout: rich would wrap long lines and could add colour codes.
+        sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+        sys.stdout.flush()
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """The console commands render to (tests replace it with a recording console)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+@app.callback()
+def _main_options(
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose",
+            "-v",
+            count=True,
+            show_default=False,
+            help="Show art's logs on stderr (-vv for debug).",
+        ),
+    ] = 0,
+) -> None:
+    """Run art agents from the terminal: one LLM call plans a DAG of tool steps, the
+    engine runs independent steps at the same time, one LLM call writes the answer.
+
+    The model comes from --model or $ART_MODEL (else the offline demo model local/smollm2
+    when installed); threads live in --storage or $ART_STORAGE (else SQLite under the user
+    data directory)."""
+    level = {0: "WARNING", 1: "INFO"}.get(verbose, "DEBUG")
+    from art.logging import configure_logging
+
+    configure_logging(level=level)
+
+
+# -- commands ---------------------------------------------------------------------------
+@app.command()
+def run(
+    query: Annotated[str, typer.Argument(help="What to ask.", show_default=False, metavar="QUERY")],
+    thread: Annotated[
+        str | None,
+        typer.Option(
+            "--thread",
+            "-T",
+            metavar="THREAD",
+            help="Thread id (default: a new one).",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Plan and run QUERY, showing the plan as a live tree, then the answer."""
+    out = Output(json=json_output)
+    thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
+    _exit(_guard(out, lambda: _run(out, query, thread_id, model, storage, tools)))
+
+
+@app.command()
+def plan(
+    query: Annotated[
+        str, typer.Argument(help="What to plan.", show_default=False, metavar="QUERY")
+    ],
+    thread: Annotated[
+        str | None,
+        typer.Option(
+            "--thread", "-T", metavar="THREAD", help="Plan as a follow-up in this thread."
+        ),
+    ] = None,
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    mermaid: Annotated[bool, typer.Option("--mermaid", help="Print a Mermaid graph.")] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Print the plan for QUERY without running anything."""
+    if mermaid and json_output:
+        raise typer.BadParameter("choose one of --mermaid and --json")
+    out = Output(json=json_output)
+
+    async def make_plan() -> int:
+        async with _instance(model, storage, tools) as inst:
+            result = await inst.aplan(query, thread)
+        if json_output:
+            out.emit_json(result.to_wire())
+        elif mermaid:
+            sys.stdout.write(result.to_mermaid().rstrip("\n") + "\n")
+        else:
+            out.console.print(plan_tree(result.to_wire(), {}, show_status=False))
+        return EXIT_OK
+
+    _exit(_guard(out, make_plan))
+
+
+@app.command()
+def resume(
+    thread_id: ThreadArgument,
+    suspension_id: Annotated[
+        str, typer.Argument(help="The suspension id.", show_default=False, metavar="SUSPENSION")
+    ],
+    approve: Annotated[
+        bool | None,
+        typer.Option("--approve/--reject", help="The decision (required).", show_default=False),
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", "-r", metavar="TEXT", help="Why (given to the agent)."),
+    ] = None,
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Decide a suspended step (human in the loop) and finish the run."""
+    if approve is None:
+        raise typer.BadParameter("say --approve or --reject", param_hint="--approve/--reject")
+    out = Output(json=json_output)
+    decision = {"approved": approve, "reason": reason}
+
+    async def do_resume() -> int:
+        async with _instance(model, storage, tools) as inst:
+            view = RunView(thread_id=thread_id)
+            await _seed_view(inst, view, thread_id)
+            response = await _live(
+                out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
+            )
+            return await _finish(out, inst, view, response, storage)
+
+    _exit(_guard(out, do_resume))
+
+
+@app.command()
+def threads(
+    storage: StorageOption = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", metavar="N", help="At most this many.")
+    ] = 50,
+    json_output: JsonOption = False,
+) -> None:
+    """List threads, most recently updated first."""
+    out = Output(json=json_output)
+
+    async def list_them() -> int:
+        async with _storage(storage) as store:
+            summaries = await store.list_threads(limit=limit)
+        if json_output:
+            out.emit_json([s.model_dump(mode="json") for s in summaries])
+            return EXIT_OK
+        if not summaries:
+            out.console.print('[dim]No threads yet.[/] Start one with [bold]art run "..."[/].')
+            return EXIT_OK
+        from rich.table import Table
+
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for column in ("thread", "runs", "status", "updated", "last query"):
+            table.add_column(column, overflow="fold" if column == "last query" else "ellipsis")
+        for s in summaries:
+            table.add_row(
+                s.thread_id,
+                str(s.runs),
+                _status_text(s.last_status or "-"),
+                _when(s.updated_at),
+                _one_line(s.last_query or "", 60),
+            )
+        out.console.print(table)
+        return EXIT_OK
+
+    _exit(_guard(out, list_them))
+
+
+@app.command()
+def show(
+    thread_id: ThreadArgument,
+    storage: StorageOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show a thread's runs and a timeline of its stored events."""
+    out = Output(json=json_output)
+
+    async def show_it() -> int:
+        async with _storage(storage) as store:
+            runs = await store.list_runs(thread_id)
+            events = await store.query_events(thread_id)
+        if not runs and not events:
+            raise CliError("THREAD_NOT_FOUND", f"no thread {thread_id!r} in this storage")
+        if json_output:
+            out.emit_json(
+                {
+                    "thread_id": thread_id,
+                    "runs": [r.model_dump(mode="json", by_alias=True) for r in runs],
+                    "events": [e.model_dump(mode="json", by_alias=True) for e in events],
+                }
+            )
+            return EXIT_OK
+        out.console.print(timeline(thread_id, runs, events))
+        return EXIT_OK
+
+    _exit(_guard(out, show_it))
+
+
+def main() -> None:
+    """Console-script entry point (`art = "art.cli:main"`)."""
+    app()
+
+
+# -- running and resuming ---------------------------------------------------------------
+async def _run(
+    out: Output,
+    query: str,
+    thread_id: str,
+    model: str | None,
+    storage: str | None,
+    tools: list[str] | None,
+) -> int:
+    async with _instance(model, storage, tools) as inst:
+        view = RunView(thread_id=thread_id, query=query)
+        response = await _live(out, view, _stream_events(inst, query, thread_id, view))
+        return await _finish(out, inst, view, response, storage)
+
+
+async def _stream_events(
+    inst: ArtInstance, query: str, thread_id: str, view: RunView
+) -> AsyncIterator[Event]:
+    async for event in inst.stream(query, thread_id):
+        yield event
+
+
+async def _resume_events(
+    inst: ArtInstance,
+    thread_id: str,
+    suspension_id: str,
+    decision: dict[str, Any],
+    view: RunView,
+) -> AsyncIterator[Event]:
+    """The events of a resumed run, through a subscription (resume has no stream of its own)."""
+    import asyncio
+
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+    unsubscribe = inst.events.subscribe(queue.put_nowait)
+
+    async def resume_then_stop() -> AgentFinalResponse:
+        try:
+            return await inst.aresume_execution(thread_id, suspension_id, decision)
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.create_task(resume_then_stop())
+    try:
+        while (event := await queue.get()) is not None:
+            yield event
+        view.response = await task
+    finally:
+        unsubscribe()
+        if not task.done():
+            task.cancel()
+
+
+async def _live(out: Output, view: RunView, events: AsyncIterator[Event]) -> AgentFinalResponse:
+    """Feed events to the view, rendering it live (unless --json); return the response."""
+    if out.json:
+        async for event in events:
+            view.handle(event)
+    else:
+        from rich.live import Live
+
+        with Live(view, console=out.console, refresh_per_second=12, transient=False) as live:
+            async for event in events:
+                view.handle(event)
+            view.finished = True
+            live.refresh()
+    if view.response is None:
+        raise CliError("INTERNAL_ERROR", "the run ended without a response")
+    return view.response
+
+
+async def _finish(
+    out: Output,
+    inst: ArtInstance,
+    view: RunView,
+    response: AgentFinalResponse,
+    storage: str | None,
+) -> int:
+    """Print the outcome; in a terminal, ask about suspensions and resume until done."""
+    while response.status == "suspended" and not out.json and _interactive():
+        pending = await _pending_suspensions(inst, view.thread_id, response)
+        if not pending:
+            break
+        suspension = pending[0]
+        decision = _ask_decision(out, suspension)
+        view.reset_for_resume()
+        response = await _live(
+            out,
+            view,
+            _resume_events(inst, view.thread_id, suspension["suspension_id"], decision, view),
+        )
+
+    if out.json:
+        document = response.model_dump(mode="json", by_alias=True)
+        if response.status == "suspended":
+            document["resume"] = [
+                _resume_command(view.thread_id, s["suspension_id"], storage)
+                for s in await _pending_suspensions(inst, view.thread_id, response)
+            ]
+        out.emit_json(document)
+        return _exit_code(response)
+
+    console = out.console
+    if response.status == "suspended":
+        pending = await _pending_suspensions(inst, view.thread_id, response)
+        console.print()
+        for s in pending:
+            console.print(
+                f"[magenta]⏸ waiting for approval[/] step [bold]{s['step_id']}[/] "
+                f"([cyan]{s['tool']}[/]): {_one_line(_prompt_text(s), 200)}"
+            )
+            command = _resume_command(view.thread_id, s["suspension_id"], storage)
+            console.print("  resume with: [bold]" + _escape(command) + "[/]", soft_wrap=True)
+        if storage is None or storage.startswith("memory:"):
+            console.print(
+                "[dim]  (resuming from another process needs persistent storage: "
+                "SQLite by default, or --storage)[/]"
+            )
+        console.print(summary_line(response, view.thread_id))
+        return EXIT_SUSPENDED
+
+    if response.content:
+        from rich.markdown import Markdown
+
+        console.print()
+        console.print(Markdown(response.content))
+        console.print()
+    for item in response.display:
+        console.print(display_panel(item.tool_name, item.step_id, item.output))
+    if response.status == "error" and response.metadata.error is not None:
+        err = response.metadata.error
+        out.errors.print(f"[red bold]error[/] [red]{err.code}[/]: {_escape(err.message)}")
+        for problem in err.problems:
+            out.errors.print(f"  • {_escape(problem)}")
+    console.print(summary_line(response, view.thread_id))
+    return _exit_code(response)
+
+
+def _exit_code(response: AgentFinalResponse) -> int:
+    return {"error": EXIT_ERROR, "suspended": EXIT_SUSPENDED}.get(response.status, EXIT_OK)
+
+
+def _interactive() -> bool:
+    """A human can answer prompts: stdin and stdout are both terminals."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _ask_decision(out: Output, suspension: dict[str, Any]) -> dict[str, Any]:
+    from rich.panel import Panel
+    from rich.prompt import Confirm, Prompt
+
+    body = _prompt_text(suspension)
+    if suspension.get("args"):
+        body += "\n\n[dim]arguments:[/] " + _escape(_compact(suspension["args"], 300))
+    out.console.print(
+        Panel(
+            body,
+            title=f"[magenta]approval needed[/] · {suspension['step_id']} · {suspension['tool']}",
+            expand=False,
+        )
+    )
+    approved = Confirm.ask("Approve?", console=out.console, default=True)
+    reason = Prompt.ask("Reason (optional)", console=out.console, default="", show_default=False)
+    return {"approved": approved, "reason": reason or None}
+
+
+async def _pending_suspensions(
+    inst: ArtInstance, thread_id: str, response: AgentFinalResponse
+) -> list[dict[str, Any]]:
+    """Pending suspensions as dicts (suspension_id, step_id, tool, args, prompt)."""
+    info = await _maybe_await(inst.check_for_suspended_state(thread_id))
+    found: list[dict[str, Any]] = []
+    for item in _suspension_items(info):
+        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
+        found.append(
+            {
+                "suspension_id": data.get("suspension_id"),
+                "step_id": data.get("step_id") or "?",
+                "tool": data.get("tool_name") or data.get("tool") or "?",
+                "args": data.get("args") or {},
+                "prompt": data.get("prompt"),
+            }
+        )
+    if found:
+        return found
+    ids = response.metadata.suspension_ids or (
+        [response.metadata.suspension_id] if response.metadata.suspension_id else []
+    )
+    waiting = [s for s in response.steps if s.status == "waiting"]
+    for sid in ids:
+        step = next(
+            (s for s in waiting if s.result and s.result.metadata.get("suspension_id") == sid),
+            None,
+        )
+        found.append(
+            {
+                "suspension_id": sid,
+                "step_id": step.step_id if step else "?",
+                "tool": (step.tool if step else None) or "?",
+                "args": (step.args if step else None) or {},
+                "prompt": step.output if step else None,
+            }
+        )
+    return found
+
+
+def _suspension_items(info: Any) -> list[Any]:
+    if info is None:
+        return []
+    for name in ("suspensions", "pending"):
+        value = getattr(info, name, None)
+        if value is None and isinstance(info, dict):
+            value = info.get(name)
+        if value is not None:
+            return list(value)
+    if isinstance(info, list | tuple):
+        return list(info)
+    return [info]
+
+
+async def _seed_view(inst: ArtInstance, view: RunView, thread_id: str) -> None:
+    """Show the suspended run's plan and finished steps before resuming it."""
+    state = await _maybe_await(inst.get_state(thread_id))
+    run = getattr(state, "active_run", None) or getattr(state, "run", None)
+    if run is None and hasattr(state, "runs") and state.runs:
+        run = state.runs[-1]
+    if run is None or getattr(run, "plan", None) is None:
+        return
+    view.query = run.query
+    view.set_plan(run.plan.to_wire())
+    for record in run.steps.values():
+        view.steps[record.step_id] = StepView(
+            status=record.status,
+            tool=record.tool,
+            started_at=record.started_at,
+            ended_at=record.ended_at,
+            reason=record.reason,
+        )
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _resume_command(thread_id: str, suspension_id: str, storage: str | None) -> str:
+    command = f"art resume {thread_id} {suspension_id} --approve"
+    if storage and not storage.startswith("memory:"):
+        command += f" --storage {storage}"
+    return command
+
+
+# -- building the instance --------------------------------------------------------------
+class _instance:
+    """`async with _instance(model, storage, tools) as inst`: build, then close."""
+
+    def __init__(self, model: str | None, storage: str | None, tools: list[str] | None) -> None:
+        self.model, self.storage, self.tools = model, storage, tools
+        self.inst: ArtInstance | None = None
+
+    async def __aenter__(self) -> ArtInstance:
+        import art
+
+        tool_list = load_tools(self.tools) if self.tools else _builtin_tools()
+        fields: dict[str, Any] = {"tools": tool_list}
+        if self.model:
+            fields["model"] = self.model
+        if self.storage:
+            fields["storage"] = self.storage
+        self.inst = art.create_art_instance(**fields)
+        return self.inst
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.inst is not None:
+            await _maybe_await(self.inst.close())
+
+
+class _storage:
+    """`async with _storage(url) as store`: the storage adapter alone (no model needed)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.store: Any = None
+
+    async def __aenter__(self) -> Any:
+        from art.storage import open_storage
+
+        self.store = open_storage(self.url)
+        await self.store.open()
+        return self.store
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.store is not None:
+            await self.store.close()
+
+
+def _builtin_tools() -> list[Any]:
+    from art.tools import builtin_tools
+
+    return list(builtin_tools())
+
+
+def load_tools(specs: Iterable[str]) -> list[Any]:
+    """Tools from `module:attr` or `path/file.py:attr` specs: a tool instance, an
+    IToolExecutor subclass, a list of either, or a factory returning them."""
+    tools: list[Any] = []
+    for spec in specs:
+        target, sep, attr = spec.rpartition(":")
+        if not sep or not target or not attr:
+            raise CliError("CONFIG_ERROR", f"--tools {spec!r}: expected module:attr", EXIT_USAGE)
+        module = _import_target(target, spec)
+        try:
+            value = getattr(module, attr)
+        except AttributeError:
+            raise CliError(
+                "CONFIG_ERROR", f"--tools {spec!r}: {target} has no attribute {attr!r}", EXIT_USAGE
+            ) from None
+        tools.extend(_as_tools(value, spec))
+    return tools
+
+
+def _import_target(target: str, spec: str) -> Any:
+    try:
+        if target.endswith(".py") or os.sep in target or "/" in target:
+            path = Path(target).expanduser().resolve()
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if module_spec is None or module_spec.loader is None or not path.is_file():
+                raise FileNotFoundError(f"no such file: {path}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[path.stem] = module
+            module_spec.loader.exec_module(module)
+            return module
+        # A console script does not have the working directory on sys.path.
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        return importlib.import_module(target)
+    except (ImportError, OSError) as exc:
+        raise CliError(
+            "CONFIG_ERROR", f"--tools {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
+        ) from exc
+
+
+def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:
+    from art.tooling import IToolExecutor
+
+    if isinstance(value, IToolExecutor):
+        return [value]
+    if isinstance(value, type) and issubclass(value, IToolExecutor):
+        return [value()]
+    if isinstance(value, list | tuple):
+        return [tool for item in value for tool in _as_tools(item, spec, depth + 1)]
+    if callable(value) and depth == 0:
+        return _as_tools(value(), spec, depth + 1)
+    raise CliError(
+        "CONFIG_ERROR",
+        f"--tools {spec!r}: expected a tool (IToolExecutor or @art.tool function), a list "
+        f"of tools, or a factory returning them; got {type(value).__name__}",
+        EXIT_USAGE,
+    )
+
+
+# -- error handling ---------------------------------------------------------------------
+def _guard(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run a command's async body, turning failures into one readable line and an exit code."""
+    import asyncio
+
+    try:
+        return asyncio.run(body())
+    except KeyboardInterrupt:
+        out.errors.print("[yellow]interrupted[/]")
+        return 130
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as exc:
+        if os.environ.get("ART_DEBUG"):
+            raise
+        code, message, exit_code = _describe(exc)
+        if out.json:
+            out.emit_json({"error": {"code": code, "message": message}})
+        else:
+            out.errors.print(f"[red bold]error[/] [red]{code}[/]: {_escape(message)}")
+            problems = getattr(exc, "problems", None) or []
+            for problem in problems:
+                out.errors.print(f"  • {_escape(str(problem))}")
+        return exit_code
+
+
+def _describe(exc: Exception) -> tuple[str, str, int]:
+    from art.errors import ArtError, ConfigurationError
+    from art.redaction import redact
+
+    if isinstance(exc, CliError):
+        return exc.code, redact(exc.message), exc.exit_code
+    if isinstance(exc, ConfigurationError):
+        message = exc.message
+        if "model" in message.lower() and "ART_MODEL" in message:
+            message += " (try --model local/smollm2 for the offline demo model)"
+        return str(exc.code), redact(message), EXIT_USAGE
+    if isinstance(exc, ArtError):
+        return str(exc.code), redact(exc.message), EXIT_ERROR
+    return "INTERNAL_ERROR", redact(f"{type(exc).__name__}: {exc}"), EXIT_ERROR
+
+
+def _exit(code: int) -> None:
+    raise typer.Exit(code)
+
+
+# -- rendering --------------------------------------------------------------------------
+_STATUS_STYLE = {
+    "pending": ("○", "dim"),
+    "in_progress": ("◐", "yellow"),
+    "completed": ("✓", "green"),
+    "failed": ("✗", "red"),
+    "skipped": ("↷", "dim"),
+    "waiting": ("⏸", "magenta"),
+    "cancelled": ("⊘", "dim"),
+}
+_RUN_STATUS_STYLE = {
+    "success": "green",
+    "completed": "green",
+    "partial": "yellow",
+    "error": "red",
+    "failed": "red",
+    "suspended": "magenta",
+    "running": "yellow",
+    "abandoned": "dim",
+}
+
+
+@dataclass
+class StepView:
+    status: str = "pending"
+    tool: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    attempt: int = 1
+    reason: str | None = None
+    note: str | None = None  # the latest progress title a tool reported
+    spinner: Any = None
+
+
+class RunView:
+    """A run's state built from its events, rendered as a rich tree (a live renderable)."""
+
+    def __init__(self, *, thread_id: str, query: str | None = None) -> None:
+        self.thread_id = thread_id
+        self.query = query
+        self.plan: dict[str, Any] | None = None
+        self.steps: dict[str, StepView] = {}
+        self.phase = "planning"
+        self.answer_chunks: list[str] = []
+        self.llm_calls = 0
+        self.replans = 0
+        self.response: AgentFinalResponse | None = None
+        self.finished = False
+        self._spinner: Any = None
+
+    # -- events -------------------------------------------------------------------
+    def handle(self, event: Event) -> None:
+        data = event.data or {}
+        name = event.name
+        if name in ("plan:created", "plan:updated") and isinstance(data.get("plan"), dict):
+            if name == "plan:updated":
+                self.replans += 1
+            self.set_plan(data["plan"])
+            self.phase = "executing"
+        elif name == "step:status":
+            self._step_status(data, event.timestamp)
+        elif name == "tool:update":
+            step = self.steps.get(str(data.get("step_id")))
+            if step is not None and data.get("title"):
+                step.note = str(data["title"])
+        elif name == "message:before":
+            phase = data.get("phase")
+            if phase == "synthesis":
+                self.phase = "synthesizing"
+            elif phase in ("planning", "replan") and self.phase != "executing":
+                self.phase = "planning"
+        elif name == "message:after":
+            self.llm_calls += 1
+        elif name == "chunk:after" and isinstance(data.get("chunk"), str):
+            self.answer_chunks.append(data["chunk"])
+        elif name == "resumed":
+            self._resumed(data, event.timestamp)
+        elif name == "session:end":
+            self._take_response(data)
+
+    def set_plan(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        for step in plan.get("steps") or []:
+            view = self.steps.setdefault(str(step.get("id")), StepView())
+            view.tool = step.get("tool")
+
+    def reset_for_resume(self) -> None:
+        self.response = None
+        self.finished = False
+        self.answer_chunks = []
+        self.phase = "executing"
+
+    def _step_status(self, data: dict[str, Any], at: datetime) -> None:
+        step_id = str(data.get("step_id"))
+        step = self.steps.setdefault(step_id, StepView())
+        status = str(data.get("status") or step.status)
+        if data.get("tool"):
+            step.tool = data["tool"]
+        if data.get("attempt"):
+            step.attempt = int(data["attempt"])
+        if status == "in_progress" and step.status != "in_progress":
+            step.started_at = at
+            step.ended_at = None
+        elif status in _STATUS_STYLE and status not in ("pending", "in_progress"):
+            step.ended_at = at
+        step.status = status
+        step.reason = data.get("reason") or step.reason
+
+    def _resumed(self, data: dict[str, Any], at: datetime) -> None:
+        """A decision completes (approved) or fails (rejected) the waiting step."""
+        step = self.steps.get(str(data.get("step_id")))
+        decision = data.get("decision") or {}
+        if step is None or not isinstance(decision, dict):
+            return
+        step.status = "completed" if decision.get("approved") else "failed"
+        step.ended_at = at
+        step.started_at = None  # the wait for a human is not the step's run time
+        verdict = "approved" if decision.get("approved") else "rejected"
+        reason = decision.get("reason")
+        step.note = None
+        step.reason = f"{verdict}: {reason}" if reason else verdict
+
+    def _take_response(self, data: dict[str, Any]) -> None:
+        from art.responses import AgentFinalResponse
+
+        payload = data.get("response")
+        if isinstance(payload, AgentFinalResponse):
+            self.response = payload
+        elif isinstance(payload, dict):
+            self.response = AgentFinalResponse.model_validate(payload)
+
+    # -- rendering ----------------------------------------------------------------
+    def __rich__(self) -> RenderableType:
+        from rich.console import Group
+        from rich.spinner import Spinner
+        from rich.text import Text
+
+        parts: list[RenderableType] = []
+        if self.plan is None:
+            if self.finished:
+                parts.append(Text("(no plan)", style="dim"))
+            else:
+                if self._spinner is None:
+                    self._spinner = Spinner("dots", text=Text("Planning…", style="bold"))
+                parts.append(self._spinner)
+        else:
+            parts.append(plan_tree(self.plan, self.steps, live=not self.finished))
+        if not self.finished and self.phase == "synthesizing":
+            preview = "".join(self.answer_chunks).strip().splitlines()[-3:]
+            text = Text("Writing the answer…", style="bold")
+            if preview:
+                text.append("\n" + "\n".join(preview), style="dim")
+            parts.append(Spinner("dots", text=text))
+        return Group(*parts)
+
+
+def plan_tree(
+    plan: dict[str, Any],
+    steps: dict[str, StepView],
+    *,
+    live: bool = False,
+    show_status: bool = True,
+) -> Tree:
+    """The plan as a rich Tree: one node per step with its tool, arguments and dependencies
+    (references included), and, with `show_status`, its status and duration."""
+    from rich.spinner import Spinner
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from art.plans import Plan
+
+    parsed = Plan.model_validate(plan)
+    title = parsed.title or parsed.intent or "Plan"
+    root = Tree(Text.assemble(("Plan: ", "bold"), (title, "bold cyan")), guide_style="dim")
+    if not parsed.steps:
+        root.add(Text("no steps: the answer comes straight from the model", style="dim"))
+    for step in parsed.steps:
+        state = steps.get(step.id) or StepView(tool=step.tool)
+        label = Text()
+        label.append(f"{step.id} ", style="bold")
+        label.append(step.tool or "reasoning", style="cyan" if step.tool else "blue italic")
+        if step.args:
+            label.append("  " + _compact(step.args, 60))
+        depends = sorted(step.all_dependencies)
+        if depends:
+            label.append("  ← " + ", ".join(depends), style="dim")
+        if show_status:
+            label.append("  ")
+            label.append_text(_status_label(state))
+        if show_status and state.status == "in_progress" and live:
+            if state.spinner is None:
+                state.spinner = Spinner("dots", style="yellow")
+            state.spinner.update(text=label)
+            node = root.add(state.spinner)
+        elif show_status:
+            glyph, style = _STATUS_STYLE.get(state.status, ("?", "default"))
+            node = root.add(Text.assemble((glyph + " ", style), label))
+        else:
+            node = root.add(label)
+        if step.description:
+            node.add(Text(_one_line(step.description, 100), style="dim"))
+        if show_status and state.note and state.status == "in_progress":
+            node.add(Text(_one_line(state.note, 100), style="yellow"))
+    return root
+
+
+def _status_label(state: StepView) -> Text:
+    from rich.text import Text
+
+    _, style = _STATUS_STYLE.get(state.status, ("?", "default"))
+    text = Text("running" if state.status == "in_progress" else state.status, style=style)
+    if state.status == "waiting":
+        text.append(" for approval", style=style)
+    elif state.status == "in_progress":
+        if state.started_at is not None:
+            text.append(f" {_duration(datetime.now(UTC) - state.started_at)}", style="dim")
+    elif state.started_at is not None and state.ended_at is not None:
+        text.append(f" {_duration(state.ended_at - state.started_at)}", style="dim")
+    if state.attempt > 1:
+        text.append(f" (attempt {state.attempt})", style="dim")
+    if state.reason and state.status in ("completed", "failed", "skipped", "cancelled"):
+        separator = " · " if state.status == "completed" else ": "
+        text.append(separator + _one_line(state.reason, 80), style=style)
+    return text
+
+
+def summary_line(response: AgentFinalResponse, thread_id: str) -> Text:
+    """One line: status, LLM calls, tool calls, tokens, cost, time and the thread."""
+    from rich.text import Text
+
+    meta = response.metadata
+    status_style = _RUN_STATUS_STYLE.get(meta.status, "default")
+    cost = f"${meta.llm_cost:.4f}" if meta.llm_cost is not None else "cost n/a"
+    parts = [
+        f"{meta.llm_calls} LLM call{'s' if meta.llm_calls != 1 else ''}",
+        f"{meta.tool_calls} tool call{'s' if meta.tool_calls != 1 else ''}",
+        f"{meta.usage.total_tokens:,} tokens",
+        cost,
+        _seconds(meta.total_duration_ms / 1000.0),
+        f"thread {thread_id}",
+    ]
+    return Text.assemble((meta.status, f"bold {status_style}"), ("  " + " · ".join(parts), "dim"))
+
+
+def display_panel(tool_name: str, step_id: str, output: Any) -> RenderableType:
+    """A display tool's output: markdown, a table (rows of dicts or lists), or JSON."""
+    from rich.panel import Panel
+
+    title = output.get("title") if isinstance(output, dict) else None
+    heading = f"{title} · {tool_name} {step_id}" if title else f"{tool_name} · {step_id}"
+    return Panel(_display_body(output), title=_escape(heading), expand=False, border_style="cyan")
+
+
+def _display_body(output: Any) -> RenderableType:
+    from rich.json import JSON
+    from rich.table import Table
+    from rich.text import Text
+
+    if isinstance(output, dict):
+        kind = output.get("kind") or output.get("type")
+        if kind == "markdown" or ("markdown" in output and isinstance(output["markdown"], str)):
+            from rich.markdown import Markdown
+
+            return Markdown(str(output.get("markdown") or output.get("content") or ""))
+        rows = output.get("rows")
+        if kind == "table" or isinstance(rows, list):
+            columns = output.get("columns") or (
+                list(rows[0]) if rows and isinstance(rows[0], dict) else []
+            )
+            table = Table(header_style="bold")
+            for column in columns:
+                table.add_column(str(column))
+            for row in rows or []:
+                cells = [row.get(c) for c in columns] if isinstance(row, dict) else list(row)
+                table.add_row(*("" if c is None else str(c) for c in cells))
+            return table
+    if isinstance(output, str):
+        return Text(output)
+    return JSON(json.dumps(output, default=str))
+
+
+def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableType:
+    """A thread's runs and stored events as a table, indented by span depth."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    header = Table(box=None, header_style="bold", title=f"thread {thread_id}", title_justify="left")
+    for column in ("run", "status", "started", "query"):
+        header.add_column(column)
+    for run in runs:
+        header.add_row(
+            run.run_id[:12],
+            _status_text(run.status),
+            _when(run.created_at),
+            _one_line(run.query, 70),
+        )
+
+    depth: dict[str, int] = {}
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("time", justify="right", style="dim")
+    table.add_column("event")
+    table.add_column("details", overflow="fold")
+    start = events[0].timestamp if events else None
+    for event in events:
+        if event.span_id:
+            depth[event.span_id] = depth.get(event.parent_span_id or "", -1) + 1
+        indent = "  " * depth.get(event.span_id or "", 0)
+        offset = _seconds((event.timestamp - start).total_seconds()) if start else ""
+        name_style = "red" if event.name == "error" else "cyan"
+        table.add_row(
+            "+" + offset, Text(indent + event.name, style=name_style), _event_details(event)
+        )
+    return Group(header, Text(""), table)
+
+
+def _event_details(event: Any) -> Text:
+    from rich.text import Text
+
+    data = event.data or {}
+    name = event.name
+    if name == "step:status":
+        text = f"{data.get('step_id')} {data.get('tool') or 'reasoning'} → {data.get('status')}"
+        if data.get("reason"):
+            text += f": {data['reason']}"
+    elif name == "tool:update":
+        text = f"{data.get('tool')} {data.get('stage')}"
+        if data.get("title"):
+            text += f": {data['title']}"
+    elif name in ("message:before", "message:after"):
+        text = f"{data.get('phase')} {data.get('model') or ''}".strip()
+        usage = data.get("usage") or {}
+        if name == "message:after" and usage:
+            text += f" · {usage.get('total_tokens', usage.get('totalTokens', 0))} tokens"
+    elif name in ("plan:created", "plan:updated"):
+        plan = data.get("plan") or {}
+        text = f"{plan.get('title') or ''} ({len(plan.get('steps') or [])} steps)"
+    elif name == "session:start":
+        text = _one_line(str(data.get("query") or ""), 80)
+    elif name == "session:end":
+        text = str(data.get("status") or (data.get("metadata") or {}).get("status") or "")
+    elif name == "suspended":
+        text = ", ".join(
+            f"{s.get('step_id')} {s.get('tool')} ({s.get('suspension_id')})"
+            for s in data.get("steps") or []
+            if isinstance(s, dict)
+        )
+    elif name == "resumed":
+        decision = data.get("decision") or {}
+        verdict = "approved" if decision.get("approved") else "rejected"
+        text = f"{data.get('step_id')} {data.get('tool') or ''} {verdict}"
+        if decision.get("reason"):
+            text += f": {decision['reason']}"
+    elif name == "error":
+        text = f"{data.get('code') or data.get('error_type') or ''} {data.get('message') or ''}"
+    else:
+        text = _compact({k: v for k, v in data.items() if k != "messages"}, 100)
+    return Text(_one_line(text, 160))
+
+
+# -- small helpers ----------------------------------------------------------------------
+def _status_text(status: str) -> Text:
+    from rich.text import Text
+
+    return Text(status, style=_RUN_STATUS_STYLE.get(status, "default"))
+
+
+def _compact(value: Any, limit: int) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return _one_line(text, limit)
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _prompt_text(suspension: dict[str, Any]) -> str:
+    prompt = suspension.get("prompt")
+    if isinstance(prompt, dict):
+        prompt = prompt.get("question") or prompt.get("prompt") or prompt.get("message") or prompt
+    if prompt is None:
+        return "(no question given)"
+    return _escape(prompt if isinstance(prompt, str) else _compact(prompt, 300))
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def _duration(delta: Any) -> str:
+    return _seconds(max(delta.total_seconds(), 0.0))
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)} min {rest:.0f} s"
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
