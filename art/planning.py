@@ -1,0 +1,562 @@
+"""The planner: one LLM call turns a request into a validated Plan, repaired when needed.
+
+`Planner.plan` renders the planning prompt (tool schemas, the thread's earlier turns,
+the persona's guidance, the wire format), makes one `art_phase="planning"` call, reads
+the plan from the reply (structured output where the model supports it, otherwise JSON
+found in the text: code fences, prose, `<think>` blocks and minor damage are handled),
+and validates it. Problems go back to the LLM in a repair call, up to
+`max_plan_attempts` calls in total; then `PlanError` lists every problem. Bad LLM output
+never raises anything else.
+
+`Planner.replan` does the same with `art_phase="replan"` after steps failed: the new
+plan holds only the steps still to run and may use the finished steps' outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import ValidationError
+
+from art.config import Persona
+from art.errors import PlanError
+from art.plans import Plan, validate_plan
+
+if TYPE_CHECKING:
+    from art.context import RunContext
+    from art.llm import LLMClient, LLMPhase
+    from art.responses import ConversationMessage, StepRecord
+
+__all__ = [
+    "PLAN_JSON_SCHEMA",
+    "PLAN_RESPONSE_FORMAT",
+    "Planner",
+    "extract_plan_data",
+    "parse_plan",
+    "render_planning_messages",
+    "render_replan_messages",
+    "repair_message",
+]
+
+log = structlog.get_logger(__name__)
+
+PLAN_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "intent": {"type": "string"},
+        "title": {"type": "string"},
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "description": {"type": "string"},
+                    "tool": {"type": ["string", "null"]},
+                    "args": {"type": "object"},
+                    "dependsOn": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["id", "tool", "args", "dependsOn"],
+            },
+        },
+    },
+    "required": ["intent", "title", "steps"],
+}
+PLAN_RESPONSE_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {"name": "plan", "schema": PLAN_JSON_SCHEMA, "strict": False},
+}
+
+# Prompt budgets: earlier turns and failed replies are clipped so small models keep room.
+_HISTORY_TURNS = 10
+_HISTORY_CHARS = 600
+_REPLY_ECHO_CHARS = 4000
+_PROBLEMS_SHOWN = 30
+_SCHEMA_NOISE = frozenset({"title", "$schema", "additionalProperties", "examples", "default"})
+
+_INSTRUCTIONS = """\
+You plan how to answer the user's request with the tools below. Reply with one JSON \
+object, the plan, and nothing else. Do not answer the request yourself: the answer is \
+written from the step outputs after the plan has run."""
+
+_FORMAT = """\
+Plan format (an example; its tools are only an illustration):
+{"intent":"compare two prices","title":"Total price","steps":[
+{"id":"s1","description":"Price of A","tool":"get_price","args":{"item":"A"},"dependsOn":[]},
+{"id":"s2","description":"Price of B","tool":"get_price","args":{"item":"B"},"dependsOn":[]},
+{"id":"s3","description":"Add them","tool":"calculator",\
+"args":{"expression":"{{s1.output}} + {{s2.output}}"},"dependsOn":["s1","s2"]}]}"""
+
+_RULES = """\
+Rules:
+1. Use only the tools listed, with args that match their parameters.
+2. Steps that do not need each other's output must not depend on each other: they run \
+at the same time. dependsOn lists only the steps whose output a step needs.
+3. To pass a step's output on, write "{{s1.output}}" in the argument \
+("{{s1.output.field}}" or "{{s1.output.0}}" for a part) and list s1 in dependsOn. \
+Never add a step just to copy, compute or format a value that a reference can carry.
+4. "tool":null is a reasoning step (an LLM reads its dependencies' outputs). Use it only \
+when real judgment is needed, never to write the final answer.
+5. If no tool is needed, reply {"intent":"...","title":"...","steps":[]}."""
+
+
+# -- prompt -------------------------------------------------------------------------------
+
+
+def _compact_schema(value: Any) -> Any:
+    """The schema without keys that cost tokens and tell the planner nothing."""
+    if isinstance(value, Mapping):
+        return {
+            key: _compact_schema(item)
+            for key, item in value.items()
+            if key not in _SCHEMA_NOISE or not isinstance(key, str)
+        }
+    if isinstance(value, list):
+        return [_compact_schema(item) for item in value]
+    return value
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+_MODE_NOTES = {
+    "blocking": " [asks a human to approve; the run waits for the decision]",
+    "display": " [shows its output to the user; the output is not in the answer's context]",
+}
+
+
+def render_tools(registry: Any) -> str:
+    """One entry per tool: name, description, parameters as compact JSON."""
+    lines = []
+    for schema in registry.schemas():
+        description = " ".join(schema.description.split())
+        note = _MODE_NOTES.get(schema.mode, "")
+        lines.append(f"- {schema.name}: {description}{note}")
+        parameters = _compact_schema(schema.input_schema or {})
+        properties = parameters.get("properties") or {}
+        required = parameters.get("required") or []
+        extra = {k: v for k, v in parameters.items() if k not in ("type", "properties", "required")}
+        args = _compact_json(properties) if properties else "{}"
+        line = f"  args: {args}"
+        if required:
+            line += f"; required: {', '.join(str(r) for r in required)}"
+        if extra:
+            line += f"; schema: {_compact_json(extra)}"
+        lines.append(line)
+    return "\n".join(lines) if lines else "(no tools: every plan has no tool steps)"
+
+
+def _history_text(history: Sequence[ConversationMessage]) -> str:
+    turns = [m for m in history if m.role in ("user", "assistant") and m.content]
+    lines = []
+    for message in turns[-_HISTORY_TURNS:]:
+        content = " ".join(message.content.split())
+        if len(content) > _HISTORY_CHARS:
+            content = content[: _HISTORY_CHARS - 1] + "…"
+        lines.append(f"{'User' if message.role == 'user' else 'Assistant'}: {content}")
+    return "\n".join(lines)
+
+
+def _system_prompt(registry: Any, persona: Persona | None, now: datetime | None) -> str:
+    persona = persona or Persona()
+    today = (now or datetime.now(UTC)).strftime("%Y-%m-%d")
+    parts = [
+        _INSTRUCTIONS,
+        "Tools:\n" + render_tools(registry),
+        _FORMAT,
+        _RULES,
+    ]
+    if persona.planning.strip():
+        parts.append("Guidance:\n" + persona.planning.strip())
+    parts.append(f"Today is {today}.")
+    return "\n\n".join(parts)
+
+
+def render_planning_messages(
+    query: str,
+    registry: Any,
+    history: Sequence[ConversationMessage] = (),
+    persona: Persona | None = None,
+    *,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """The messages of the planning call: instructions and tools, then the request."""
+    user_parts = []
+    earlier = _history_text(history)
+    if earlier:
+        user_parts.append(
+            "Earlier in this conversation (use it to understand follow-ups):\n" + earlier
+        )
+    user_parts.append(f"Request: {query}")
+    return [
+        {"role": "system", "content": _system_prompt(registry, persona, now)},
+        {"role": "user", "content": "\n\n".join(user_parts)},
+    ]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _stringify(value: Any, max_length: int) -> str:
+    try:
+        from art.serialization import safe_stringify
+    except ImportError:  # pragma: no cover - serialization ships with art
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return _clip(text, max_length)
+    return safe_stringify(value, max_length=max_length)
+
+
+def render_replan_messages(
+    query: str,
+    registry: Any,
+    history: Sequence[ConversationMessage],
+    persona: Persona | None,
+    previous: Plan,
+    records: Mapping[str, StepRecord],
+    *,
+    max_output_length: int = 60_000,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """The messages of the replanning call: the request, what finished, what failed."""
+    steps = {step.id: step for step in previous.steps}
+    finished, failed, not_run = [], [], []
+    for step in previous.steps:
+        record = records.get(step.id)
+        tool = step.tool or "reasoning"
+        head = f"- {step.id} ({tool})" + (f" {step.description}" if step.description else "")
+        if record is not None and record.status == "completed":
+            finished.append(f"{head}: {_stringify(record.output, max_output_length)}")
+        elif record is not None and record.status == "failed":
+            reason = record.reason or (record.result.error if record.result else None)
+            failed.append(f"{head} failed: {reason or 'no reason recorded'}")
+        else:
+            status = record.status if record is not None else "pending"
+            why = record.reason if record is not None and record.reason else status
+            not_run.append(f"{head}: not run ({why})")
+    for step_id, record in records.items():  # finished steps of plans before `previous`
+        if step_id not in steps and record.status == "completed":
+            output = _stringify(record.output, max_output_length)
+            finished.append(f"- {step_id} ({record.tool or 'reasoning'}): {output}")
+
+    parts = []
+    earlier = _history_text(history)
+    if earlier:
+        parts.append("Earlier in this conversation (use it to understand follow-ups):\n" + earlier)
+    parts += [
+        f"Request: {query}",
+        f"The earlier plan ({previous.title or 'untitled'}) did not finish.",
+    ]
+    if finished:
+        parts.append(
+            "Finished steps (use their outputs as {{id.output}}; do not run them again):\n"
+            + "\n".join(finished)
+        )
+    if failed:
+        parts.append("Failed steps:\n" + "\n".join(failed))
+    if not_run:
+        parts.append("Steps that did not run:\n" + "\n".join(not_run))
+    parts.append(
+        "Write a new plan with only the steps still needed to answer the request. New "
+        "steps may depend on and reference the finished steps; do not reuse their ids. "
+        "Do not repeat a failed step unchanged: fix its arguments or use another way."
+    )
+    return [
+        {"role": "system", "content": _system_prompt(registry, persona, now)},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
+
+
+def repair_message(problems: Sequence[str]) -> str:
+    """The user message that sends a plan's problems back to the LLM."""
+    shown = [f"{n}. {p}" for n, p in enumerate(problems[:_PROBLEMS_SHOWN], start=1)]
+    if len(problems) > _PROBLEMS_SHOWN:
+        shown.append(f"... and {len(problems) - _PROBLEMS_SHOWN} more problems")
+    return (
+        "That plan cannot run. Problems:\n"
+        + "\n".join(shown)
+        + "\n\nReply with the corrected plan: one JSON object in the same format, nothing else."
+    )
+
+
+# -- reading the reply --------------------------------------------------------------------
+
+_THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def _strip_thinking(text: str) -> str:
+    text = _THINK_BLOCK.sub("", text)
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:  # the opening tag was in the chat template: keep what follows the last close
+        text = text[closes[-1].end() :]
+    opened = _THINK_OPEN.search(text)
+    if opened:  # cut off while thinking: nothing after it is an answer
+        text = text[: opened.start()]
+    return text.strip()
+
+
+def _candidates(text: str) -> Iterable[str]:
+    """Pieces of the reply that may hold the plan, most likely first."""
+    for match in _FENCE.finditer(text):
+        block = match.group(1).strip()
+        if block:
+            yield block
+    yield text
+    start = text.find("{")
+    if start > 0:
+        end = text.rfind("}")
+        if end > start:
+            yield text[start : end + 1]
+        yield text[start:]
+
+
+_TOO_DEEP = object()
+# json_repair slows down sharply on deep nesting; no real plan comes close to this.
+_MAX_REPAIR_DEPTH = 100
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _nesting_depth(text: str) -> int:
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(text):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _loads(candidate: str) -> Any:
+    """The JSON value in `candidate`, repaired if needed; None or _TOO_DEEP when hopeless."""
+    try:
+        return json.loads(candidate)
+    except RecursionError:
+        return _TOO_DEEP
+    except ValueError:
+        pass
+    if _nesting_depth(candidate) > _MAX_REPAIR_DEPTH:
+        return _TOO_DEEP
+    import json_repair
+
+    try:
+        return json_repair.loads(candidate, skip_json_loads=True)
+    except RecursionError:
+        return _TOO_DEEP
+    except Exception:  # the repair library gives up on some garbage
+        return None
+
+
+def _clean_text(value: Any) -> Any:
+    """Strings with surrogate pairs joined and lone surrogates replaced (storable as UTF-8)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, dict):
+        return {_clean_text(k): _clean_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_text(item) for item in value]
+    return value
+
+
+def _plan_object(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        if "steps" in value:
+            return value
+        inner = value.get("plan")
+        if isinstance(inner, dict) and "steps" in inner:
+            return inner
+    return None
+
+
+def _describe(value: Any) -> str:
+    if value is None or value == "":
+        return "no JSON at all"
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k) for k in list(value)[:6])
+        return f"an object with keys [{keys}]" if value else "an empty object {}"
+    if isinstance(value, list):
+        return f"a JSON list of {len(value)} items"
+    return f"the JSON value {_clip(repr(value), 60)}"
+
+
+def extract_plan_data(text: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The plan object in an LLM reply, or None and the problem that says why not."""
+    if not text or not text.strip():
+        return None, ["the reply was empty; expected a JSON plan object"]
+    answer = _strip_thinking(text)
+    if not answer:
+        return None, ["the reply had only thinking, no JSON plan object after it"]
+    first_value: Any = None
+    too_deep = False
+    for candidate in _candidates(answer):
+        value = _loads(candidate)
+        if value is _TOO_DEEP:
+            too_deep = True
+            continue
+        plan = _plan_object(value)
+        if plan is not None:
+            return _clean_text(plan), []
+        if first_value in (None, "") and value not in (None, ""):
+            first_value = value
+    if too_deep and first_value in (None, ""):
+        return None, [
+            f"the reply's JSON is nested too deeply (over {_MAX_REPAIR_DEPTH} levels) "
+            "or is badly broken; write a flat plan object"
+        ]
+    return None, [
+        f'the reply has no plan object: expected a JSON object with a "steps" list, '
+        f"found {_describe(first_value)}"
+    ]
+
+
+def _validation_problems(error: ValidationError, data: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for item in error.errors()[:_PROBLEMS_SHOWN]:
+        location = ""
+        for part in item["loc"]:
+            location += f"[{part}]" if isinstance(part, int) else f".{part}"
+        location = location.lstrip(".") or "plan"
+        if location.startswith("steps["):
+            index = item["loc"][1]
+            steps = data.get("steps")
+            if isinstance(index, int) and isinstance(steps, list) and index < len(steps):
+                step = steps[index]
+                if isinstance(step, Mapping) and "id" in step:
+                    location += f" (step {_clip(str(step['id']), 40)!r})"
+        got = _clip(repr(item.get("input")), 80)
+        problems.append(f"{location}: {item['msg']} (got {got})")
+    return problems
+
+
+def parse_plan(
+    text: str, registry: Any, *, completed: Iterable[str] = frozenset()
+) -> tuple[Plan | None, list[str]]:
+    """Read and validate the plan in an LLM reply: (plan, []) or (plan or None, problems).
+
+    Never raises for bad input: anything wrong with the reply becomes a problem.
+    """
+    try:
+        data, problems = extract_plan_data(text)
+        if data is None:
+            return None, problems
+        try:
+            plan = Plan.model_validate(data)
+        except ValidationError as exc:
+            return None, _validation_problems(exc, data)
+        return plan, validate_plan(plan, registry, completed=completed)
+    except RecursionError:
+        return None, ["the plan is nested too deeply to read; keep arguments flat"]
+    except Exception as exc:  # a reply must never crash the planner
+        log.warning("plan could not be read", error=repr(exc)[:200])
+        return None, [f"the plan could not be read ({type(exc).__name__}); write plain JSON"]
+
+
+# -- the planner --------------------------------------------------------------------------
+
+
+class Planner:
+    """Writes plans with one LLM call, repairing invalid ones with further calls."""
+
+    def __init__(
+        self, llm: LLMClient, registry: Any, *, persona: Persona | None = None, model: str
+    ) -> None:
+        self.llm = llm
+        self.registry = registry
+        self.persona = persona or Persona()
+        self.model = model
+        self._structured: bool | None = None
+
+    def _response_format(self) -> dict[str, Any] | None:
+        if self._structured is None:
+            from art.llm import supports_response_schema
+
+            self._structured = supports_response_schema(self.model)
+        return PLAN_RESPONSE_FORMAT if self._structured else None
+
+    async def plan(
+        self, run: RunContext, query: str, history: Sequence[ConversationMessage] = ()
+    ) -> Plan:
+        """A valid plan for `query`; raises PlanError (or ModelError from the provider)."""
+        messages = render_planning_messages(query, self.registry, history, self.persona)
+        return await self._plan_and_repair(run, "planning", messages, frozenset())
+
+    async def replan(
+        self,
+        run: RunContext,
+        query: str,
+        history: Sequence[ConversationMessage],
+        previous: Plan,
+        records: Mapping[str, StepRecord],
+    ) -> Plan:
+        """A plan of the steps still to run after `previous` failed part-way.
+
+        Its steps may depend on and reference the completed steps in `records`, and
+        must not redefine them.
+        """
+        completed = frozenset(sid for sid, r in records.items() if r.status == "completed")
+        messages = render_replan_messages(
+            query,
+            self.registry,
+            history,
+            self.persona,
+            previous,
+            records,
+            max_output_length=run.config.tool_result_max_length,
+        )
+        return await self._plan_and_repair(run, "replan", messages, completed)
+
+    async def _plan_and_repair(
+        self,
+        run: RunContext,
+        phase: LLMPhase,
+        messages: list[dict[str, Any]],
+        completed: frozenset[str],
+    ) -> Plan:
+        attempts = run.config.max_plan_attempts
+        response_format = self._response_format()
+        conversation = messages
+        problems: list[str] = []
+        for attempt in range(1, attempts + 1):
+            result = await self.llm.complete(
+                run,
+                phase=phase,
+                model=self.model,
+                messages=conversation,
+                span=run.span.child(),
+                response_format=response_format,
+            )
+            plan, problems = parse_plan(result.content, self.registry, completed=completed)
+            if result.finish_reason == "length":
+                problems = [
+                    "the reply was cut off (the model hit its output limit); "
+                    "write a shorter plan with fewer, simpler steps",
+                    *problems,
+                ]
+            if plan is not None and not problems:
+                return plan
+            log.info("plan rejected", phase=phase, attempt=attempt, problems=len(problems))
+            conversation = [
+                *messages,
+                {"role": "assistant", "content": _clip(result.content, _REPLY_ECHO_CHARS)},
+                {"role": "user", "content": repair_message(problems)},
+            ]
+        listed = "\n".join(f"{n}. {p}" for n, p in enumerate(problems[:50], start=1))
+        more = f"\n... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        raise PlanError(
+            f"no valid plan after {attempts} attempt{'s' if attempts != 1 else ''}; "
+            f"problems of the last one:\n{listed}{more}",
+            problems,
+        )
