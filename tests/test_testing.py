@@ -103,11 +103,26 @@ async def test_a_scripted_exception_reaches_art_as_a_model_error(scripted_model)
     assert info.value.code == ModelErrorCode.MODEL_NOT_FOUND
 
 
+async def test_a_reply_can_set_the_finish_reason(scripted_model):
+    from art.testing import Reply
+
+    model = scripted_model(step=Reply("cut", finish_reason="length"))
+    run = make_run_context()
+    for stream in (False, True):
+        result = await LLMClient().complete(
+            run, phase="step", model=model.model, messages=USER, span=run.span, stream=stream
+        )
+        assert (result.content, result.finish_reason) == ("cut", "length")
+
+
 async def test_built_in_defaults(scripted_model):
     model = scripted_model()
     prompt = [{"role": "user", "content": "Question: sum?\ns1 (calculator): 391\ns2: 403\nend"}]
     synthesis = await ask(model, "synthesis", messages=prompt)
     assert "391" in synthesis and "403" in synthesis
+    results = "Question: q\n\n[s1] Add (tool calculator): completed. Output:\n391\n\nWrite it."
+    synthesis = await ask(model, "synthesis", messages=[{"role": "user", "content": results}])
+    assert synthesis == "Answer (scripted) from the step outputs: 391"
     assert "sum?" in await ask(model, "step", messages=[{"role": "user", "content": "sum?"}])
     with pytest.raises(ModelError, match=r"ScriptedModel\(planning=\.\.\.\)"):
         await ask(model, "planning")

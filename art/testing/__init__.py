@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
     "ScriptedModel": "art.testing.scripted",
+    "Reply": "art.testing.scripted",
     "ScriptedCall": "art.testing.scripted",
     "ScriptError": "art.testing.scripted",
     "replies": "art.testing.scripted",
@@ -38,6 +39,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from art.testing.runs import make_run_context  # noqa: F401
     from art.testing.scripted import (  # noqa: F401
+        Reply,
         ScriptedCall,
         ScriptedModel,
         ScriptError,

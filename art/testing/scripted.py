@@ -20,7 +20,7 @@ from typing import Any
 
 from art.llm import _litellm
 
-__all__ = ["ScriptError", "ScriptedCall", "ScriptedModel", "replies"]
+__all__ = ["Reply", "ScriptError", "ScriptedCall", "ScriptedModel", "replies"]
 
 PHASES = ("planning", "step", "synthesis", "replan")
 _WORD = re.compile(r"\S+\s*|\s+")
@@ -42,6 +42,14 @@ class ScriptedCall:
     stream: bool
     params: dict[str, Any]
     reply: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A reply with a chosen `finish_reason` ("length" simulates a reply cut off)."""
+
+    content: Any
+    finish_reason: str = "stop"
 
 
 class _Script:
@@ -100,19 +108,28 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 
 
 def _from_prompt(messages: list[dict[str, Any]], lead: str) -> str:
-    """A short reply built from the lines of the prompt that mention step ids."""
+    """A short reply built from the paragraphs of the prompt that mention step ids.
+
+    For a paragraph like "[s1] ... completed. Output:\n391" only the output is kept.
+    """
     text = _last_user_text(messages)
-    lines = [line.strip() for line in text.splitlines() if _STEP_LINE.search(line)]
-    if lines:
-        picked = "; ".join(line[:200] for line in lines[:8])
-        return f"{lead} {picked}"
+    picked = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if not _STEP_LINE.search(paragraph):
+            continue
+        _, marker, output = paragraph.partition("Output:")
+        piece = " ".join((output if marker else paragraph).split())
+        picked.append(piece[:200])
+    if picked:
+        return f"{lead} {'; '.join(picked[:8])}"
     return f"{lead} {' '.join(text.split())[:200]}"
 
 
 class ScriptedModel:
     """An offline litellm model that answers each `art_phase` from a script.
 
-    Each reply is a str; a dict, list or pydantic model (sent as JSON text); a tuple or
+    Each reply is a str; a dict, list or pydantic model (sent as JSON text); a `Reply`
+    (content plus a `finish_reason`, e.g. "length" for a cut-off reply); a tuple or
     iterator of replies consumed in order (the last repeats); a callable
     `(messages, metadata) -> reply` (sync or async); or an exception instance to raise.
     `default` answers phases that are not scripted (and calls without `art_phase`).
@@ -263,20 +280,23 @@ class ScriptedModel:
             f"pass ScriptedModel({call.phase or 'default'}=...) with the reply to send"
         )
 
-    def _settle(self, reply: Any, call: ScriptedCall) -> str:
+    def _settle(self, reply: Any, call: ScriptedCall) -> tuple[str, str]:
         """Follow callables, raise scripted exceptions, and render the reply as text."""
         for _ in range(8):
             if callable(reply) and not isinstance(reply, type):
                 reply = reply(call.messages, call.metadata)
                 continue
             break
+        finish_reason = "stop"
+        if isinstance(reply, Reply):
+            reply, finish_reason = reply.content, reply.finish_reason
         if isinstance(reply, BaseException):
             raise _provider_exception(reply, self)
         text = _as_text(reply)
         call.reply = text
-        return text
+        return text, finish_reason
 
-    async def _asettle(self, reply: Any, call: ScriptedCall) -> str:
+    async def _asettle(self, reply: Any, call: ScriptedCall) -> tuple[str, str]:
         for _ in range(8):
             if callable(reply) and not isinstance(reply, type):
                 reply = reply(call.messages, call.metadata)
@@ -295,15 +315,21 @@ class ScriptedModel:
             "total_tokens": prompt + completion,
         }
 
-    def _response(self, messages: list[dict[str, Any]], text: str) -> Any:
+    def _response(
+        self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
+    ) -> Any:
         litellm = _litellm()
         return litellm.ModelResponse(
             model=self.model,
-            choices=[{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            choices=[
+                {"message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+            ],
             usage=self._usage(messages, text),
         )
 
-    def _chunks(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    def _chunks(
+        self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
+    ) -> list[dict[str, Any]]:
         pieces = _WORD.findall(text) or [""]
         usage = self._usage(messages, text)
         last = len(pieces) - 1
@@ -311,7 +337,7 @@ class ScriptedModel:
             {
                 "text": piece,
                 "is_finished": index == last,
-                "finish_reason": "stop" if index == last else "",
+                "finish_reason": finish_reason if index == last else "",
                 "usage": usage if index == last else None,
                 "index": 0,
                 "tool_use": None,
@@ -328,7 +354,7 @@ class ScriptedModel:
                 call = owner._record(messages, kwargs, stream=False)
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
-                return owner._response(messages, owner._settle(owner._pick(call), call))
+                return owner._response(messages, *owner._settle(owner._pick(call), call))
 
             async def acompletion(
                 self, model: str, messages: list, *args: Any, **kwargs: Any
@@ -336,8 +362,8 @@ class ScriptedModel:
                 call = owner._record(messages, kwargs, stream=False)
                 if owner.latency_s:
                     await asyncio.sleep(owner.latency_s)
-                text = await owner._asettle(owner._pick(call), call)
-                return owner._response(messages, text)
+                settled = await owner._asettle(owner._pick(call), call)
+                return owner._response(messages, *settled)
 
             def streaming(
                 self, model: str, messages: list, *args: Any, **kwargs: Any
@@ -345,8 +371,8 @@ class ScriptedModel:
                 call = owner._record(messages, kwargs, stream=True)
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
-                text = owner._settle(owner._pick(call), call)
-                for chunk in owner._chunks(messages, text):
+                settled = owner._settle(owner._pick(call), call)
+                for chunk in owner._chunks(messages, *settled):
                     if owner.chunk_delay_s:
                         time.sleep(owner.chunk_delay_s)
                     yield chunk
@@ -357,8 +383,8 @@ class ScriptedModel:
                 call = owner._record(messages, kwargs, stream=True)
                 if owner.latency_s:
                     await asyncio.sleep(owner.latency_s)
-                text = await owner._asettle(owner._pick(call), call)
-                for chunk in owner._chunks(messages, text):
+                settled = await owner._asettle(owner._pick(call), call)
+                for chunk in owner._chunks(messages, *settled):
                     if owner.chunk_delay_s:
                         await asyncio.sleep(owner.chunk_delay_s)
                     yield chunk
