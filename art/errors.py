@@ -73,6 +73,8 @@ class RunErrorCode(StrEnum):
     SUSPENSION_ALREADY_DECIDED = "SUSPENSION_ALREADY_DECIDED"
     STORAGE_ERROR = "STORAGE_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    # A `message:before` hook refused a planning or synthesis call.
+    VETOED = "VETOED"
 
 
 class ArtError(Exception):

@@ -221,32 +221,32 @@ class EventBus:
 
 class RunEvents:
     """One run's view of the instance's EventBus: the same hooks and subscribers, plus
-    sinks of the run's own (`stream()`), and a log of what was emitted for storage.
+    sinks of the run's own (`stream()`), and a log of emitted events for storage.
 
     It has the bus's `emit` and `wants`, so the phases take it where they take a bus.
-    Emitting costs one dict lookup when nobody listens and nothing is logged.
+    Only events named in `logged` for which `keep(name, data)` is true enter the log.
+    Emitting costs a few dict lookups when nobody listens and the event is not logged.
     """
 
-    __slots__ = ("bus", "log", "sinks", "unlogged")
+    __slots__ = ("bus", "keep", "log", "logged", "sinks")
 
     def __init__(
         self,
         bus: EventBus,
         *,
         sinks: Sequence[Callable[[Event], None]] = (),
-        log_events: bool = True,
-        unlogged: frozenset[str] = frozenset({"chunk:before", "chunk:after"}),
+        logged: frozenset[str] | None = None,
+        keep: Callable[[str, dict[str, Any]], bool] | None = None,
     ) -> None:
         self.bus = bus
         self.sinks = tuple(sinks)
+        self.logged = logged or frozenset()
+        self.keep = keep
         # (name, data, span, timestamp) per logged event; the owner drains it to storage.
-        self.log: list[tuple[str, dict[str, Any], SpanContext | None, datetime]] | None = (
-            [] if log_events else None
-        )
-        self.unlogged = unlogged
+        self.log: list[tuple[str, dict[str, Any], SpanContext | None, datetime]] = []
 
     def wants(self, name: str) -> bool:
-        return bool(self.sinks) or self.log is not None or self.bus.wants(name)
+        return bool(self.sinks) or name in self.logged or self.bus.wants(name)
 
     async def emit(
         self,
@@ -261,13 +261,11 @@ class RunEvents:
         data = await self.bus.emit(
             name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
         )
-        if self.log is not None and name not in self.unlogged:
+        if name in self.logged and (self.keep is None or self.keep(name, data)):
             self.log.append((name, data, span, datetime.now(UTC)))
         return data
 
     def drain(self) -> list[tuple[str, dict[str, Any], SpanContext | None, datetime]]:
         """The logged events not drained yet, oldest first."""
-        if not self.log:
-            return []
-        taken, self.log[:] = list(self.log), []
+        taken, self.log = self.log, []
         return taken

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import threading
 import time
 from collections import deque
@@ -37,6 +38,7 @@ from art.events import HookVeto
 from art.plans import Plan, Step
 from art.responses import RunError, StepRecord, utcnow
 from art.serialization import safe_stringify
+from art.spans import SpanContext
 from art.state import Suspension
 from art.tooling import CancellationToken, ExecutionContext, ToolResult
 
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient
     from art.registry import ToolRegistry
-    from art.spans import SpanContext
 
 __all__ = [
     "FINISHED",
@@ -261,6 +262,13 @@ class Executor:
         self._steps: dict[str, Step] = {}
         self._deps: dict[str, Sequence[str]] = {}
         self._used = False
+        self._context_template = ExecutionContext(
+            thread_id=run.thread_id,
+            trace_id=run.trace_id,
+            call_id="",
+            user_id=run.user_id,
+            session_id=run.session_id,
+        )
 
     # -- public -----------------------------------------------------------------------
     async def run(self) -> ExecutionOutcome:
@@ -347,10 +355,10 @@ class Executor:
         for dep in self._deps[step_id]:
             dep_record = self._records.get(dep)
             if dep_record is None or dep_record.status != "completed":
-                span = self.run_context.span.child()
+                span = _child_span(self.run_context.span)
                 await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
                 return
-        step_span = self.run_context.span.child()
+        step_span = _child_span(self.run_context.span)
         try:
             if step.tool is None:
                 await self._reasoning_step(step, record, step_span)
@@ -401,25 +409,24 @@ class Executor:
                     f"gave up after {record.attempts} attempt(s) that never finished",
                 )
                 return
-            record.attempts = attempt
-            record.args = args
+            _update(record, attempts=attempt, args=args)
             await self._start(record, span)
             result, vetoed = await self._call_tool(step, tool, args, attempt, span)
             if vetoed is not None:
-                record.result = result
+                _update(record, result=result)
                 await self._finish(record, "failed", span, vetoed)
                 return
             if _worth_retrying(result) and attempt < max_attempts and self._stop is None:
                 delay = self._config.retry_backoff_s * (2 ** (attempt - 1))
                 log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
-                record.result = result
+                _update(record, result=result)
                 if delay:
                     await asyncio.sleep(delay)
                 continue
             break
         if result.metadata.get("error") == LLM_ASSIST_REQUIRED:
             result = await self._llm_assist(step, result, span)
-        record.result = result
+        _update(record, result=result)
         if result.status == "success":
             self._outputs[step.id] = result.output
             await self._finish(record, "completed", span)
@@ -442,7 +449,7 @@ class Executor:
         from art.invocation import invoke_tool
 
         run = self.run_context
-        span = step_span.child()
+        span = _child_span(step_span)
         call_id = f"{run.run_id}:{step.id}:{attempt}"
         name = tool.schema.name
         events = self._events
@@ -495,20 +502,15 @@ class Executor:
                 span,
             )
         relay = _ProgressRelay(self, step.id, name, call_id, span) if wants_updates else None
-        context = ExecutionContext(
-            thread_id=run.thread_id,
-            trace_id=run.trace_id,
+        token = run.cancellation.child()
+        context = _call_context(
+            self._context_template,
             call_id=call_id,
             step_id=step.id,
-            user_id=run.user_id,
-            session_id=run.session_id,
             attempt=attempt,
             span=span,
-        ).bind(
-            cancellation=run.cancellation.child(),
-            reporter=relay.report if relay is not None else None,
-        )
-        self._tokens[step.id] = context.cancellation
+        ).bind(cancellation=token, reporter=relay.report if relay is not None else None)
+        self._tokens[step.id] = token
         run.stats.add_tool_call()
         started = time.perf_counter()
         try:
@@ -766,18 +768,17 @@ class Executor:
 
     # -- records, persistence and events --------------------------------------------------
     async def _start(self, record: StepRecord, span: SpanContext) -> None:
-        record.status = "in_progress"
         if record.started_at is None:
-            record.started_at = utcnow()
+            _update(record, status="in_progress", started_at=utcnow())
+        else:
+            _update(record, status="in_progress")
         await self._save(record)
         await self._emit_status(record, span)
 
     async def _finish(
         self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
     ) -> None:
-        record.status = status  # type: ignore[assignment]
-        record.reason = reason
-        record.ended_at = utcnow()
+        _update(record, status=status, reason=reason, ended_at=utcnow())
         await self._save(record)
         await self._emit_status(record, span)
 
@@ -920,6 +921,45 @@ def _assist_prompt(output: Any) -> str | None:
         prompt = data.get("prompt")
         return str(prompt) if prompt else None
     return None
+
+
+def _update(record: StepRecord, **values: Any) -> None:
+    """Set fields of a record the executor owns, skipping pydantic's per-assignment
+    handler (a few µs each, ten times per step); the values are of the declared types."""
+    record.__dict__.update(values)
+    record.__pydantic_fields_set__.update(values)
+
+
+def _child_span(parent: SpanContext) -> SpanContext:
+    """`parent.child()` without re-validating the ids it already holds."""
+    span = SpanContext.__new__(SpanContext)
+    values = {
+        "trace_id": parent.trace_id,
+        "span_id": secrets.token_hex(8),
+        "parent_span_id": parent.span_id,
+    }
+    object.__setattr__(span, "__dict__", values)
+    object.__setattr__(span, "__pydantic_fields_set__", set(values))
+    object.__setattr__(span, "__pydantic_extra__", None)
+    object.__setattr__(span, "__pydantic_private__", None)
+    return span
+
+
+def _call_context(template: ExecutionContext, **fields: Any) -> ExecutionContext:
+    """The run's validated context with one call's fields, without re-validation.
+
+    pydantic resolves every default on each instantiation (~20 µs for this model); a
+    1,000-step plan cannot afford that per call. `fields` are of their declared types.
+    """
+    context = ExecutionContext.__new__(ExecutionContext)
+    values = {**template.__dict__, **fields}
+    object.__setattr__(context, "__dict__", values)
+    object.__setattr__(context, "__pydantic_fields_set__", set(values))
+    object.__setattr__(context, "__pydantic_extra__", None)
+    object.__setattr__(
+        context, "__pydantic_private__", dict.fromkeys(template.__pydantic_private__ or {})
+    )
+    return context
 
 
 def _worth_retrying(result: ToolResult) -> bool:

@@ -128,7 +128,9 @@ class ExecutionContext(ArtModel):
     attempt: int = 1
     span: SpanContext | None = None
 
-    _cancellation: CancellationToken = PrivateAttr(default_factory=CancellationToken)
+    # Created on first use: a private attribute's default_factory costs pydantic an
+    # inspect.signature() call per instance, and the engine always binds its own token.
+    _cancellation: CancellationToken | None = PrivateAttr(default=None)
     _reporter: ProgressReporter | None = PrivateAttr(default=None)
 
     def bind(
@@ -145,12 +147,14 @@ class ExecutionContext(ArtModel):
 
     @property
     def cancellation(self) -> CancellationToken:
+        if self._cancellation is None:
+            self._cancellation = CancellationToken()
         return self._cancellation
 
     @property
     def cancelled(self) -> bool:
         """True once the run (or this call's timeout) asked the tool to stop."""
-        return self._cancellation.cancelled
+        return self.cancellation.cancelled
 
     def progress(
         self,

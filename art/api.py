@@ -1,0 +1,126 @@
+"""Module-level API (`art.process`, `art.aprocess`, ...) over a lazily built default instance.
+
+The default instance is built on first use from the environment (`ART_MODEL`,
+`ART_STORAGE`, default SQLite under the user data dir) with the built-in tools;
+`configure(**fields)` rebuilds it (closing the old one). Construction is thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from art.instance import ArtInstance, create_art_instance
+
+if TYPE_CHECKING:
+    from art.config import ArtInstanceConfig, ProcessOptions
+    from art.plans import Plan
+    from art.responses import AgentFinalResponse
+    from art.suspension import Decision, SuspendedState
+
+__all__ = [
+    "aplan",
+    "aprocess",
+    "aresume_execution",
+    "check_for_suspended_state",
+    "configure",
+    "create_art_instance",
+    "default_instance",
+    "plan",
+    "process",
+    "resume_execution",
+]
+
+_lock = threading.Lock()
+_default: ArtInstance | None = None
+
+
+def _builtin_tools() -> list[Any]:
+    try:
+        from art.tools import builtin_tools
+    except ImportError:
+        return []
+    return list(builtin_tools())
+
+
+def _build(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstance:
+    fields = dict(fields)
+    if config is None and "tools" not in fields:
+        fields["tools"] = _builtin_tools()
+    return create_art_instance(config, **fields)
+
+
+def default_instance() -> ArtInstance:
+    """The instance the module-level functions use, built on first call."""
+    global _default
+    instance = _default
+    if instance is None:
+        with _lock:
+            if _default is None:
+                _default = _build(None, {})
+            instance = _default
+    return instance
+
+
+def configure(config: ArtInstanceConfig | None = None, **fields: Any) -> ArtInstance:
+    """(Re)build the default instance from `config` and/or fields; the old one is closed.
+
+    Without `tools`, the default instance gets the built-in tools.
+    """
+    global _default
+    instance = _build(config, fields)  # a configuration mistake leaves the old one in place
+    with _lock:
+        old, _default = _default, instance
+    if old is not None:
+        old.close()
+    return instance
+
+
+def process(
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+) -> AgentFinalResponse:
+    """Plan, execute and synthesize `query` on `thread_id` (sync; fine in a notebook)."""
+    return default_instance().process(query, thread_id, options)
+
+
+async def aprocess(
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+) -> AgentFinalResponse:
+    """Async `process`."""
+    return await default_instance().aprocess(query, thread_id, options)
+
+
+def plan(query: str, thread_id: str | None = None) -> Plan:
+    """The plan for `query`; runs nothing."""
+    return default_instance().plan(query, thread_id)
+
+
+async def aplan(query: str, thread_id: str | None = None) -> Plan:
+    """Async `plan`."""
+    return await default_instance().aplan(query, thread_id)
+
+
+def resume_execution(
+    thread_id: str,
+    suspension_id: str,
+    decision: Decision | Mapping[str, Any] | bool,
+    options: ProcessOptions | Mapping[str, Any] | None = None,
+) -> AgentFinalResponse:
+    """Decide a suspended step; the run finishes once all its suspensions are decided."""
+    return default_instance().resume_execution(thread_id, suspension_id, decision, options)
+
+
+async def aresume_execution(
+    thread_id: str,
+    suspension_id: str,
+    decision: Decision | Mapping[str, Any] | bool,
+    options: ProcessOptions | Mapping[str, Any] | None = None,
+) -> AgentFinalResponse:
+    """Async `resume_execution`."""
+    return await default_instance().aresume_execution(thread_id, suspension_id, decision, options)
+
+
+def check_for_suspended_state(thread_id: str) -> SuspendedState | None:
+    """The thread's suspended run and its pending suspensions, or None."""
+    return default_instance().check_for_suspended_state(thread_id)

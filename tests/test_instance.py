@@ -1,0 +1,567 @@
+"""ArtInstance end to end, with the LLM driven only through ScriptedModel (the litellm path)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from typing import Any
+
+import litellm
+import pytest
+
+import art
+from art.errors import ConfigurationError
+from art.responses import StepRecord
+from art.state import RunRecord
+from art.testing import replies
+
+GUARD_S = 10.0
+
+
+class Add(art.IToolExecutor):
+    schema = art.ToolSchema(
+        name="add",
+        description="Add two numbers.",
+        input_schema={
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+    )
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict, int]] = []
+
+    async def execute(self, input, context):
+        self.calls.append((dict(input), context.attempt))
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="add",
+            status="success",
+            output=input["a"] + input["b"],
+            metadata={"sources": [{"source_name": "arithmetic", "url": "https://math.example"}]},
+        )
+
+
+class Fail(art.IToolExecutor):
+    schema = art.ToolSchema(name="fail", description="Always fails.")
+
+    async def execute(self, input, context):
+        return art.ToolResult(
+            call_id=context.call_id, tool_name="fail", status="error", error="the service is down"
+        )
+
+
+class Show(art.IToolExecutor):
+    schema = art.ToolSchema(
+        name="show_chart", description="Show a chart to the user.", execution_mode="display"
+    )
+
+    async def execute(self, input, context):
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="show_chart",
+            status="success",
+            output={"chart": "CHART-PIXELS"},
+        )
+
+
+ADD_PLAN = {
+    "intent": "arithmetic",
+    "title": "Add things",
+    "steps": [
+        {"id": "s1", "description": "1+2", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "s2", "description": "3+4", "tool": "add", "args": {"a": 3, "b": 4}},
+        {
+            "id": "s3",
+            "description": "sum",
+            "tool": "add",
+            "args": {"a": "{{s1.output}}", "b": "{{s2.output}}"},
+            "dependsOn": ["s1", "s2"],
+        },
+    ],
+}
+
+
+@pytest.fixture
+def make(scripted_model):
+    """Build an instance on memory storage around a ScriptedModel; closed after the test."""
+    made: list[art.ArtInstance] = []
+
+    def factory(tools=(), *, model=None, **fields: Any) -> art.ArtInstance:
+        inst = art.create_art_instance(
+            model=model.model,
+            tools=list(tools),
+            storage=fields.pop("storage", "memory://"),
+            **fields,
+        )
+        made.append(inst)
+        return inst
+
+    yield factory
+    for inst in made:
+        inst.close()
+
+
+# -- the happy path --------------------------------------------------------------------------
+
+
+async def test_a_tool_only_plan_costs_exactly_two_llm_calls(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="The sum is 10.")
+    add = Add()
+    inst = make([add], model=model)
+    response = await inst.aprocess("what is (1+2)+(3+4)?", "t1")
+
+    assert response.status == "success"
+    assert response.content == "The sum is 10."
+    assert [call.phase for call in model.calls] == ["planning", "synthesis"]
+    meta = response.metadata
+    assert meta.llm_calls == 2
+    assert meta.tool_calls == 3
+    assert [s.status for s in response.steps] == ["completed"] * 3
+    assert response.steps[2].output == 10
+    assert response.plan.title == "Add things"
+    assert meta.total_duration_ms > 0
+    assert meta.thread_id == "t1" and len(meta.trace_id) == 32
+    assert meta.error is None and meta.suspension_id is None
+    # usage is the sum of both calls' usage as the provider reported it
+    assert meta.usage.total_tokens > 0
+    assert meta.usage.total_tokens == meta.usage.prompt_tokens + meta.usage.completion_tokens
+    assert [s.url for s in response.response.metadata.sources] == ["https://math.example"]
+
+
+async def test_usage_and_cost_are_summed_over_the_calls(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="ten", cost_per_token=(0.001, 0.002))
+    response = await make([Add()], model=model).aprocess("sum", "t")
+    usages = []
+    for call in model.calls:
+        words = sum(len(str(m["content"]).split()) for m in call.messages)
+        usages.append((words, len(call.reply.split())))
+    prompt = sum(p for p, _ in usages)
+    completion = sum(c for _, c in usages)
+    assert response.metadata.usage.prompt_tokens == prompt
+    assert response.metadata.usage.completion_tokens == completion
+    assert response.metadata.llm_cost == pytest.approx(prompt * 0.001 + completion * 0.002)
+
+
+async def test_a_reasoning_step_adds_one_step_call(scripted_model, make):
+    plan = {
+        "steps": [
+            {"id": "s1", "tool": "add", "args": {"a": 1, "b": 1}},
+            {"id": "s2", "description": "judge the result", "tool": None, "dependsOn": ["s1"]},
+        ]
+    }
+    model = scripted_model(planning=plan, step="looks right", synthesis="2")
+    response = await make([Add()], model=model).aprocess("1+1?", "t")
+    assert [c.phase for c in model.calls] == ["planning", "step", "synthesis"]
+    assert "judge the result" in model.calls_for("step")[0].messages[-1]["content"]
+    assert response.steps[1].output == "looks right"
+    assert response.metadata.llm_calls == 3
+
+
+async def test_history_is_kept_and_given_to_the_planner_on_follow_ups(scripted_model, make):
+    model = scripted_model(
+        planning=replies(ADD_PLAN, {"steps": []}), synthesis=replies("It is 10.", "Still 10.")
+    )
+    inst = make([Add()], model=model)
+    await inst.aprocess("what is the sum?", "talk")
+    second = await inst.aprocess("and again?", "talk")
+    assert second.content == "Still 10."
+    planning_prompt = json.dumps(model.calls_for("planning")[1].messages)
+    assert "what is the sum?" in planning_prompt and "It is 10." in planning_prompt
+    state = await inst.aget_state("talk")
+    assert [(m.role, m.content) for m in state.history] == [
+        ("user", "what is the sum?"),
+        ("assistant", "It is 10."),
+        ("user", "and again?"),
+        ("assistant", "Still 10."),
+    ]
+    assert [r.status for r in state.runs] == ["completed", "completed"]
+    assert state.active_run is None
+    threads = await inst.alist_threads()
+    assert threads[0].thread_id == "talk" and threads[0].runs == 2
+
+
+async def test_display_output_goes_to_the_response_not_the_synthesis_prompt(scripted_model, make):
+    plan = {"steps": [{"id": "s1", "tool": "show_chart", "args": {}}]}
+    model = scripted_model(planning=plan, synthesis="Here is your chart.")
+    response = await make([Show()], model=model).aprocess("chart please", "t")
+    assert [(d.step_id, d.tool_name, d.output) for d in response.display] == [
+        ("s1", "show_chart", {"chart": "CHART-PIXELS"})
+    ]
+    prompt = model.calls_for("synthesis")[0].messages[-1]["content"]
+    assert "CHART-PIXELS" not in prompt and "shown to the user" in prompt
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+async def test_skip_dependents_ends_partial_and_tells_the_synthesis(scripted_model, make):
+    plan = {
+        "steps": [
+            {"id": "s1", "tool": "fail", "args": {}},
+            {"id": "s2", "tool": "add", "args": {"a": "{{s1.output}}", "b": 1}},
+            {"id": "s3", "tool": "add", "args": {"a": 1, "b": 1}},
+        ]
+    }
+    model = scripted_model(planning=plan, synthesis="Partly done.")
+    response = await make([Add(), Fail()], model=model).aprocess("go", "t")
+    assert response.status == "partial"
+    assert [s.status for s in response.steps] == ["failed", "skipped", "completed"]
+    prompt = model.calls_for("synthesis")[0].messages[-1]["content"]
+    assert "FAILED: the service is down" in prompt
+    assert "skipped because step s1 failed" in prompt
+
+
+async def test_fail_policy_ends_the_run_with_an_error_and_no_synthesis(scripted_model, make):
+    plan = {"steps": [{"id": "s1", "tool": "fail", "args": {}}]}
+    model = scripted_model(planning=plan, synthesis="never")
+    inst = make([Fail()], model=model, execution_config={"on_step_failure": "fail"})
+    response = await inst.aprocess("go", "t")
+    assert response.status == "error"
+    assert response.metadata.error.code == "STEP_FAILED"
+    assert [c.phase for c in model.calls] == ["planning"]
+    with pytest.raises(art.ResponseError, match="STEP_FAILED"):
+        response.raise_for_status()
+
+
+async def test_replan_policy_calls_the_planner_again_and_keeps_finished_work(scripted_model, make):
+    plan = {
+        "steps": [
+            {"id": "s1", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "s2", "tool": "fail", "args": {}, "dependsOn": ["s1"]},
+        ]
+    }
+    replan = {"steps": [{"id": "s3", "tool": "add", "args": {"a": "{{s1.output}}", "b": 10}}]}
+    model = scripted_model(planning=plan, replan=replan, synthesis="13")
+    add = Add()
+    inst = make(
+        [add, Fail()],
+        model=model,
+        execution_config={"on_step_failure": "replan", "max_replans": 1, "step_max_retries": 0},
+    )
+    events: list = []
+    inst.events.subscribe(events.append)
+    response = await inst.aprocess("go", "t")
+    assert [c.phase for c in model.calls] == ["planning", "replan", "synthesis"]
+    assert response.status == "success"
+    assert [i for i, _ in add.calls] == [{"a": 1, "b": 2}, {"a": 3, "b": 10}]  # s1 ran once
+    assert [s.step_id for s in response.steps] == ["s3", "s1"]
+    assert response.plan.steps[0].id == "s3"
+    assert [e.name for e in events].count("plan:updated") == 1
+    replan_prompt = model.calls_for("replan")[0].messages[-1]["content"]
+    assert "the service is down" in replan_prompt
+
+
+async def test_an_invalid_plan_is_an_error_response_listing_the_problems(scripted_model, make):
+    bad = {"steps": [{"id": "s1", "tool": "no_such_tool", "args": {}}]}
+    model = scripted_model(planning=bad)
+    inst = make([Add()], model=model, execution_config={"max_plan_attempts": 2})
+    response = await inst.aprocess("go", "t")
+    assert response.status == "error"
+    assert response.metadata.error.code == "PLAN_INVALID"
+    assert any("no_such_tool" in p for p in response.metadata.error.problems)
+    assert response.metadata.llm_calls == 2
+    assert (await inst.aget_state("t")).runs[0].status == "failed"
+
+
+async def test_a_provider_failure_is_an_error_response_with_its_model_error_code(
+    scripted_model, make
+):
+    error = litellm.AuthenticationError("invalid api key", llm_provider="openai", model="x")
+    model = scripted_model(planning=error)
+    response = await make([Add()], model=model).aprocess("go", "t")
+    assert response.status == "error"
+    assert response.metadata.error.code == "AUTHENTICATION_ERROR"
+
+
+async def test_retryable_provider_failures_are_retried(scripted_model, make):
+    limited = litellm.RateLimitError("slow down", llm_provider="openai", model="x")
+    model = scripted_model(planning=replies(limited, ADD_PLAN), synthesis="10")
+    inst = make([Add()], model=model, execution_config={"retry_backoff_s": 0})
+    response = await inst.aprocess("go", "t")
+    assert response.status == "success"
+    assert [c.phase for c in model.calls] == ["planning", "planning", "synthesis"]
+
+
+async def test_api_keys_never_appear_in_responses_events_logs_or_storage(scripted_model, make):
+    from art.logging import configure_logging
+
+    key = "sk-test-abcdefghijklmnopqrstuvwxyz123456"
+
+    def leaky(messages, metadata):
+        raise litellm.AuthenticationError(
+            f"Incorrect API key provided: {key}", llm_provider="openai", model="x"
+        )
+
+    model = scripted_model(planning=ADD_PLAN, synthesis=leaky)
+    logs = io.StringIO()
+    configure_logging(json=True, level="DEBUG", stream=logs)
+    try:
+        inst = make([Add()], model=model, llm_params={"api_key": key, "temperature": 0})
+        events: list = []
+        inst.events.subscribe(events.append)
+        response = await inst.aprocess("go", "t", {"llm_params": {"api_key": key}})
+        state = await inst.aget_state("t")
+        stored = await inst.storage.query_events("t")
+    finally:
+        import logging
+
+        import structlog
+
+        for handler in list(logging.getLogger().handlers):
+            if type(handler).__name__ == "_ArtHandler":
+                logging.getLogger().removeHandler(handler)
+        structlog.reset_defaults()
+    assert response.status == "error"
+    assert response.metadata.error.code == "AUTHENTICATION_ERROR"
+    everything = [
+        response.model_dump_json(),
+        state.model_dump_json(),
+        json.dumps([e.model_dump(mode="json") for e in stored]),
+        json.dumps([e.model_dump(mode="json") for e in events], default=str),
+        logs.getvalue(),
+        repr(inst),
+    ]
+    assert logs.getvalue()  # something was logged
+    assert [text for text in everything if key in text] == []
+    assert model.calls[0].params["temperature"] == 0  # the other llm_params did go through
+
+
+# -- one run per thread -----------------------------------------------------------------------
+
+
+async def test_a_second_run_on_a_busy_thread_gets_thread_busy(scripted_model, make):
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    class Slow(art.IToolExecutor):
+        schema = art.ToolSchema(name="slow", description="waits")
+
+        async def execute(self, input, context):
+            started.set()
+            await release.wait()
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="slow", status="success", output="ok"
+            )
+
+    model = scripted_model(planning={"steps": [{"id": "s1", "tool": "slow"}]}, synthesis="ok")
+    inst = make([Slow()], model=model)
+    first = asyncio.create_task(inst.aprocess("long", "busy"))
+    async with asyncio.timeout(GUARD_S):
+        await started.wait()
+    second = await inst.aprocess("another", "busy")
+    release.set()
+    assert second.status == "error"
+    assert second.metadata.error.code == "THREAD_BUSY"
+    assert (await first).status == "success"
+    runs = (await inst.aget_state("busy")).runs
+    assert [r.query for r in runs] == ["long"]  # never a second run
+
+
+# -- idempotent retry -----------------------------------------------------------------------------
+
+
+async def _crashed_run(inst: art.ArtInstance, query: str) -> RunRecord:
+    """Store a run as a killed process leaves it: s1 completed, s2 in progress."""
+    storage = inst.storage
+    await storage.open()
+    plan = art.Plan.model_validate(
+        {
+            "steps": [
+                {"id": "s1", "tool": "add", "args": {"a": 1, "b": 2}},
+                {"id": "s2", "tool": "add", "args": {"a": "{{s1.output}}", "b": 4}},
+            ]
+        }
+    )
+    record = RunRecord(
+        run_id="crashed", thread_id="t", trace_id="a" * 32, query=query, plan=plan, llm_calls=1
+    )
+    await storage.create_run(record)
+    await storage.save_step(
+        "crashed",
+        StepRecord(
+            step_id="s1",
+            tool="add",
+            status="completed",
+            attempts=1,
+            result=art.ToolResult(call_id="x", tool_name="add", status="success", output=3),
+        ),
+    )
+    await storage.save_step(
+        "crashed", StepRecord(step_id="s2", tool="add", status="in_progress", attempts=1)
+    )
+    return record
+
+
+async def test_the_same_query_continues_an_interrupted_run(scripted_model, make):
+    model = scripted_model(synthesis="7")  # no planning reply: the plan is reused
+    add = Add()
+    inst = make([add], model=model)
+    await _crashed_run(inst, "q")
+    response = await inst.aprocess("q", "t")
+    assert response.status == "success"
+    assert [c.phase for c in model.calls] == ["synthesis"]
+    assert add.calls == [({"a": 3, "b": 4}, 2)]  # s1 reused, s2 rerun as attempt 2
+    assert response.metadata.run_id == "crashed"
+    assert response.metadata.llm_calls == 2  # the planning call of the first attempt counts
+    assert response.steps[1].attempts == 2
+
+
+async def test_a_different_query_abandons_the_interrupted_run(scripted_model, make):
+    model = scripted_model(planning={"steps": []}, synthesis="hello")
+    inst = make([Add()], model=model)
+    await _crashed_run(inst, "old question")
+    response = await inst.aprocess("new question", "t")
+    assert response.status == "success"
+    runs = (await inst.aget_state("t")).runs
+    assert [(r.query, r.status) for r in runs] == [
+        ("old question", "abandoned"),
+        ("new question", "completed"),
+    ]
+
+
+# -- options, events, spans ------------------------------------------------------------------------
+
+
+async def test_per_call_options_override_the_instance_config(scripted_model, make):
+    plan = {"steps": [{"id": "s1", "tool": "fail", "args": {}}]}
+    model = scripted_model(planning=plan, synthesis="x")
+    inst = make([Fail()], model=model)
+    response = await inst.aprocess(
+        "go",
+        "t",
+        {"execution_config": {"on_step_failure": "fail"}, "user_id": "u-7", "session_id": "sess"},
+    )
+    assert response.metadata.error.code == "STEP_FAILED"
+    assert response.metadata.user_id == "u-7"
+    with pytest.raises(ConfigurationError):
+        await inst.aprocess("go", "t2", {"execution_config": {"no_such_field": 1}})
+
+
+async def test_every_event_carries_a_span_of_the_one_run_tree(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="ten")
+    inst = make([Add()], model=model)
+    events: list = []
+    inst.events.subscribe(events.append)
+    response = await inst.aprocess("go", "t")
+    assert all(e.span is not None for e in events)
+    assert {e.span.trace_id for e in events} == {response.metadata.trace_id}
+    roots = {e.span.span_id for e in events if e.span.parent_span_id is None}
+    assert len(roots) == 1
+    root = roots.pop()
+    assert events[0].name == "session:start" and events[-1].name == "session:end"
+    assert events[0].span.span_id == root
+    step_spans = {e.data["step_id"]: e.span for e in events if e.name == "step:status"}
+    for update in (e for e in events if e.name == "tool:update"):
+        assert update.span.parent_span_id == step_spans[update.data["step_id"]].span_id
+    assert all(s.parent_span_id == root for s in step_spans.values())
+    llm_spans = [e.span for e in events if e.name == "message:before"]
+    assert all(s.parent_span_id == root for s in llm_spans)
+
+
+async def test_the_run_events_are_stored_without_token_chunks(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="the sum is ten")
+    inst = make([Add()], model=model)
+    await inst.aprocess("go", "t")
+    names = [e.name for e in await inst.storage.query_events("t")]
+    assert names[0] == "session:start" and names[-1] == "session:end"
+    assert "plan:created" in names and "message:after" in names
+    assert names.count("step:status") == 3  # one outcome per step
+    assert not any(n.startswith("chunk:") for n in names)
+
+
+async def test_stream_yields_the_runs_events_ending_with_session_end(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="the sum is ten")
+    inst = make([Add()], model=model)
+    seen = [event async for event in inst.stream("go", "t")]
+    names = [e.name for e in seen]
+    assert names[0] == "session:start" and names[-1] == "session:end"
+    chunks = "".join(e.data["chunk"] for e in seen if e.name == "chunk:after")
+    assert chunks == "the sum is ten"
+    response = seen[-1].data["response"]
+    assert response.content == "the sum is ten"
+    assert {e.run_id for e in seen} == {response.metadata.run_id}
+
+
+async def test_cancel_stops_a_running_run(scripted_model, make):
+    started = asyncio.Event()
+    seen = []
+
+    class Wait(art.IToolExecutor):
+        schema = art.ToolSchema(name="wait", description="waits")
+
+        async def execute(self, input, context):
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                seen.append(context.cancelled)
+                raise
+
+    model = scripted_model(planning={"steps": [{"id": "s1", "tool": "wait"}]}, synthesis="x")
+    inst = make([Wait()], model=model)
+    task = asyncio.create_task(inst.aprocess("go", "t"))
+    async with asyncio.timeout(GUARD_S):
+        await started.wait()
+    assert inst.cancel("t", "user pressed stop")
+    response = await task
+    assert response.metadata.error.code == "CANCELLED"
+    assert response.steps[0].status == "cancelled"
+    assert seen == [True]
+    assert not inst.cancel("t")
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+def test_configuration_mistakes_raise_at_construction(scripted_model):
+    model = scripted_model()
+    with pytest.raises(ConfigurationError):
+        art.create_art_instance(model=model.model, tools=[object()], storage="memory://")
+    with pytest.raises(ConfigurationError, match="storage URL"):
+        art.create_art_instance(model=model.model, storage="ftp://nowhere")
+    with pytest.raises(ConfigurationError):
+        art.create_art_instance(model=model.model, storage="memory://", no_such_field=1)
+
+
+def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypatch):
+    import art.instance
+
+    monkeypatch.delenv("ART_MODEL", raising=False)
+    monkeypatch.setattr(art.instance, "_local_available", lambda: False)
+    with pytest.raises(ConfigurationError) as caught:
+        art.create_art_instance(storage="memory://")
+    message = str(caught.value)
+    assert 'pip install -c constraints.txt -e ".[local]"' in message
+    assert "-DGGML_NATIVE=OFF" in message
+    assert "openai/gpt-4o-mini" in message and "OPENAI_API_KEY" in message
+    assert "anthropic/claude-3-5-haiku-latest" in message and "ollama/llama3.2" in message
+
+
+def test_the_model_comes_from_art_model_else_the_local_demo_model(monkeypatch):
+    import art.instance
+
+    monkeypatch.setenv("ART_MODEL", "openai/gpt-4o-mini")
+    with art.create_art_instance(storage="memory://") as inst:
+        assert inst.model == "openai/gpt-4o-mini"
+    monkeypatch.delenv("ART_MODEL")
+    monkeypatch.setattr(art.instance, "_local_available", lambda: True)
+    with art.create_art_instance(storage="memory://") as inst:
+        assert inst.model == "local/smollm2"
+
+
+async def test_sync_methods_and_context_managers(scripted_model):
+    model = scripted_model(planning=ADD_PLAN, synthesis="ten")
+    with art.create_art_instance(model=model.model, tools=[Add()], storage="memory://") as inst:
+        response = await asyncio.to_thread(inst.process, "go", "t")
+        assert response.content == "ten"
+        plan = await asyncio.to_thread(inst.plan, "go")
+        assert plan.title == "Add things"
+    with pytest.raises(ConfigurationError, match="closed"):
+        inst.process("go", "t")
+    async with art.create_art_instance(
+        model=model.model, tools=[Add()], storage="memory://"
+    ) as other:
+        assert (await other.aprocess("go", "t")).content == "ten"
