@@ -113,7 +113,7 @@ class CallbackAdapter:
             self.dispatch(context.name, data, context.span)
         except Exception as exc:
             # Never raise from here: on a `*:before` event that would veto the action.
-            log.warning("callback failed", event=context.name, error=repr(exc))
+            log.warning("callback failed", event_name=context.name, error=repr(exc))
             if context.name != "error" and self._bus is not None:
                 await self._bus.emit(
                     "error",
