@@ -130,7 +130,7 @@ async def test_callback_spans_follow_run_step_tool_nesting_for_concurrent_steps(
     # each tool call has one span, child of its own step's span
     assert all(len(spans) == 1 for spans in by_me.values())
     step_of = {"a": "s1", "b": "s2"}
-    for me, spans in by_me.items():
+    for me, _spans in by_me.items():
         tool_span = next(c[1] for c in tool_calls if c[0] == "tool_start" and c[3]["me"] == me)
         assert tool_span.parent_span_id == step_spans[step_of[me]].span_id
     for call in recorder.calls:

@@ -63,7 +63,7 @@ def instance(scripted_model):
 
 
 async def test_every_emitted_event_has_a_designed_name(instance):
-    inst, model, greet, events = instance()
+    inst, _model, _greet, events = instance()
     await inst.aprocess("greet Ada", "t")
     names = {e.name for e in events}
     assert names <= EVENT_NAMES
@@ -87,7 +87,7 @@ async def test_every_emitted_event_has_a_designed_name(instance):
 
 
 async def test_tool_update_has_one_start_and_one_end_per_execution_in_order(instance):
-    inst, model, greet, events = instance()
+    inst, _model, _greet, events = instance()
     await inst.aprocess("greet Ada", "t")
     for step_id in ("s1", "s2"):
         stages = [
@@ -108,7 +108,7 @@ async def test_tool_update_has_one_start_and_one_end_per_execution_in_order(inst
 
 
 async def test_a_tool_before_hook_edits_the_arguments(instance):
-    inst, model, greet, events = instance()
+    inst, _model, greet, _events = instance()
 
     def shout(data, context):
         assert context.name == "tool:before" and context.span is not None
@@ -121,7 +121,7 @@ async def test_a_tool_before_hook_edits_the_arguments(instance):
 
 
 async def test_a_tool_before_hook_vetoes_by_raising(instance):
-    inst, model, greet, events = instance()
+    inst, _model, greet, events = instance()
 
     async def no_greetings(data, context):
         if data["step_id"] == "s1":
@@ -139,7 +139,7 @@ async def test_a_tool_before_hook_vetoes_by_raising(instance):
 
 
 async def test_a_message_before_hook_edits_the_outgoing_messages(instance):
-    inst, model, greet, events = instance()
+    inst, model, _greet, _events = instance()
 
     def add_rule(data, context):
         if data["phase"] != "synthesis":
@@ -157,7 +157,7 @@ async def test_a_message_before_hook_edits_the_outgoing_messages(instance):
 
 
 async def test_a_message_before_veto_fails_the_run_with_vetoed(instance):
-    inst, model, greet, events = instance()
+    inst, model, _greet, _events = instance()
 
     def block(data, context):
         raise RuntimeError("no LLM calls allowed")
@@ -170,14 +170,14 @@ async def test_a_message_before_veto_fails_the_run_with_vetoed(instance):
 
 
 async def test_a_chunk_before_hook_edits_the_streamed_answer(instance):
-    inst, model, greet, events = instance(synthesis="quiet words")
+    inst, _model, _greet, _events = instance(synthesis="quiet words")
     inst.on("chunk:before", lambda data, context: {**data, "chunk": data["chunk"].upper()})
     response = await inst.aprocess("greet Ada", "t")
     assert response.content == "QUIET WORDS"
 
 
 async def test_a_hook_that_raises_is_reported_and_the_run_goes_on(instance):
-    inst, model, greet, events = instance()
+    inst, _model, _greet, events = instance()
 
     def broken(data, context):
         raise ValueError("bug in a hook")
@@ -191,7 +191,7 @@ async def test_a_hook_that_raises_is_reported_and_the_run_goes_on(instance):
 
 
 async def test_on_once_and_off(instance):
-    inst, model, greet, events = instance()
+    inst, _model, _greet, _events = instance()
     every, first = [], []
 
     def count(data, context):
@@ -210,7 +210,7 @@ async def test_on_once_and_off(instance):
 
 
 async def test_buffer_flush_groups_synthesis_chunks(instance):
-    inst, model, greet, events = instance(
+    inst, _model, _greet, events = instance(
         synthesis="one two three four five six seven",
         execution_config={"buffer": {"max_size": 3, "strategy": "size"}},
     )

@@ -83,7 +83,7 @@ def setup(scripted_model):
 
 
 async def test_a_blocking_step_suspends_the_run_and_persists_it(setup):
-    inst, model, approval, echo, events = setup()
+    inst, model, _approval, _echo, events = setup()
     response = await inst.aprocess("pay the invoice", "t")
 
     assert response.status == "suspended"
@@ -130,7 +130,7 @@ async def test_approval_completes_the_step_without_running_the_tool_again(setup)
 
 
 async def test_rejection_fails_the_step_skips_its_dependents_and_tells_the_synthesis(setup):
-    inst, model, approval, echo, events = setup()
+    inst, model, _approval, _echo, _events = setup()
     first = await inst.aprocess("pay", "t")
     response = await inst.aresume_execution(
         "t", first.metadata.suspension_id, {"approved": False, "reason": "too expensive"}
@@ -151,7 +151,7 @@ async def test_several_suspensions_each_have_an_id_and_the_run_waits_for_all(set
             {"id": "s3", "tool": "echo", "args": {"value": 3}, "dependsOn": ["s1", "s2"]},
         ]
     }
-    inst, model, approval, echo, events = setup(plan=plan)
+    inst, model, _approval, echo, _events = setup(plan=plan)
     first = await inst.aprocess("pay both", "t")
     ids = first.metadata.suspension_ids
     assert first.metadata.suspension_id == "first"
@@ -187,7 +187,7 @@ async def test_resuming_an_unknown_or_decided_suspension_raises(setup):
 
 
 async def test_two_concurrent_resumes_of_one_suspension_cannot_both_succeed(setup):
-    inst, model, approval, echo, events = setup()
+    inst, _model, _approval, _echo, _events = setup()
     first = await inst.aprocess("pay", "t")
     sid = first.metadata.suspension_id
 
@@ -228,7 +228,7 @@ async def test_a_run_suspended_by_one_instance_is_resumed_by_another(scripted_mo
 
 
 async def test_the_same_query_on_a_suspended_thread_reports_the_suspension_again(setup):
-    inst, model, approval, echo, events = setup()
+    inst, model, approval, _echo, _events = setup()
     first = await inst.aprocess("pay", "t")
     again = await inst.aprocess("pay", "t")
     assert again.status == "suspended"
@@ -239,7 +239,7 @@ async def test_the_same_query_on_a_suspended_thread_reports_the_suspension_again
 
 
 async def test_a_new_query_abandons_a_suspended_run(setup):
-    inst, model, approval, echo, events = setup(plan=replies(PLAN, {"steps": []}))
+    inst, _model, _approval, _echo, _events = setup(plan=replies(PLAN, {"steps": []}))
     first = await inst.aprocess("pay", "t")
     await inst.aprocess("something else", "t")
     assert await inst.acheck_for_suspended_state("t") is None
@@ -250,7 +250,7 @@ async def test_a_new_query_abandons_a_suspended_run(setup):
 
 
 def test_the_sync_api_suspends_and_resumes(setup):
-    inst, model, approval, echo, events = setup()
+    inst, _model, _approval, _echo, _events = setup()
     first = inst.process("pay", "t")
     assert inst.check_for_suspended_state("t").suspension_id == first.metadata.suspension_id
     response = inst.resume_execution("t", first.metadata.suspension_id, {"approved": True})
