@@ -99,10 +99,12 @@ class LlmClock:
 
     keep_messages: bool = False
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     calls: list[LlmCall] = field(default_factory=list)
 
     def reset(self) -> None:
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self.calls.clear()
 
     @contextmanager
@@ -112,10 +114,11 @@ class LlmClock:
         original = litellm.acompletion
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             response = await original(*args, **kwargs)
             elapsed = time.perf_counter() - started
             self.seconds += elapsed
+            self.cpu_seconds += time.process_time() - cpu_started
             usage = getattr(response, "usage", None)
             metadata = kwargs.get("metadata") or {}
             self.calls.append(
@@ -138,10 +141,39 @@ class LlmClock:
 # -- instances and runs ---------------------------------------------------------------------
 
 
+def quiet_logging() -> None:
+    """Log warnings and errors only, to stderr: what an application in production sets.
+
+    Unconfigured structlog prints every debug line (one per tool call) to stdout.
+    """
+    from art.logging import configure_logging
+
+    configure_logging(level="WARNING")
+
+
 def scripted_model(plan: dict[str, Any], latency_s: float) -> Any:
     from art.testing import ScriptedModel
 
     return ScriptedModel(planning=plan, synthesis="Done.", latency_s=latency_s)
+
+
+@dataclass
+class Bench:
+    """An art instance on a scripted model; `close` releases both."""
+
+    instance: Any
+    scripted: Any
+
+    async def aprocess(self, query: str, thread_id: str) -> Any:
+        return await self.instance.aprocess(query, thread_id)
+
+    async def close(self) -> None:
+        close = getattr(self.instance, "aclose", None) or getattr(self.instance, "close", None)
+        if close is not None:
+            result = close()
+            if asyncio.iscoroutine(result):
+                await result
+        self.scripted.unregister()
 
 
 def create_instance(
@@ -151,14 +183,15 @@ def create_instance(
     storage: str = "memory://",
     llm_latency_s: float = 0.0,
     execution_config: dict[str, Any] | None = None,
-) -> Any:
+) -> Bench:
     scripted = scripted_model(plan, llm_latency_s)
-    return art.create_art_instance(
+    instance = art.create_art_instance(
         model=scripted.model,
         tools=tools,
         storage=storage,
         execution_config=execution_config or {},
     )
+    return Bench(instance, scripted)
 
 
 @dataclass
@@ -166,6 +199,14 @@ class RunMeasure:
     wall_s: float
     llm_s: float
     response: Any
+    cpu_s: float = 0.0  # process CPU time of the run (all threads)
+    llm_cpu_s: float = 0.0
+
+    def overhead_s(self) -> float:
+        return self.wall_s - self.llm_s
+
+    def overhead_cpu_s(self) -> float:
+        return self.cpu_s - self.llm_cpu_s
 
 
 class RunFailed(RuntimeError):
@@ -182,21 +223,19 @@ def check_response(response: Any, expected_steps: int | None) -> None:
 
 
 async def run_once(
-    instance: Any, clock: LlmClock, *, expected_steps: int | None, query: str = "benchmark"
+    instance: Bench, clock: LlmClock, *, expected_steps: int | None, query: str = "benchmark"
 ) -> RunMeasure:
     """One `aprocess` on a fresh thread; wall time and the time spent in LLM calls."""
     clock.reset()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     response = await instance.aprocess(query, f"bench-{uuid.uuid4().hex}")
     wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     check_response(response, expected_steps)
-    return RunMeasure(wall_s=wall, llm_s=clock.seconds, response=response)
-
-
-async def close_instance(instance: Any) -> None:
-    close = getattr(instance, "close", None)
-    if close is None:
-        return
-    result = close()
-    if asyncio.iscoroutine(result):
-        await result
+    return RunMeasure(
+        wall_s=wall,
+        llm_s=clock.seconds,
+        response=response,
+        cpu_s=cpu,
+        llm_cpu_s=clock.cpu_seconds,
+    )

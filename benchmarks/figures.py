@@ -59,6 +59,7 @@ async def overhead(ctx: Context) -> list[Figure]:
     tool = art_side.step_tool(fn)
     figures = []
     lg_cache: dict[str, list[float]] = {}
+    lg_cpu: dict[str, list[float]] = {}
     for storage_kind, target in (("memory", 100.0), ("sqlite", 300.0)):
         for shape in shapes:
             storage = (
@@ -71,29 +72,35 @@ async def overhead(ctx: Context) -> list[Figure]:
             if ctx.with_langgraph and shape.name not in lg_cache:
                 compiled, build_s = langgraph_side.time_build(shape, fn)
                 lg_cache[shape.name] = []
+                lg_cpu[shape.name] = []
                 lg_build = build_s
-            art_per_step, walls, llms = [], [], []
+            art_per_step, cpu_per_step, walls, llms = [], [], [], []
             for attempt in range(s.repeats + 1):
                 measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
                 if compiled is not None:
-                    lg_wall = await langgraph_side.run_once(compiled, shape)
+                    lg_wall, lg_cpu_s = await langgraph_side.run_timed(compiled, shape)
                     if attempt:
                         lg_cache[shape.name].append(lg_wall / shape.size * US)
+                        lg_cpu[shape.name].append(lg_cpu_s / shape.size * US)
                 if not attempt:
                     continue  # warm-up
                 walls.append(measure.wall_s)
                 llms.append(measure.llm_s)
-                art_per_step.append((measure.wall_s - measure.llm_s) / shape.size * US)
-            await art_side.close_instance(instance)
+                art_per_step.append(measure.overhead_s() / shape.size * US)
+                cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
+            await instance.close()
             lg_samples = lg_cache.get(shape.name, [])
             details: dict[str, Any] = {
                 "steps": shape.size,
                 "depth": shape.depth,
                 "wall_ms_median": median(walls) * MS,
                 "llm_ms_median": median(llms) * MS,
+                "cpu_us_per_step_median": median(cpu_per_step),
             }
             if compiled is not None:
                 details["langgraph_build_ms"] = lg_build * MS
+            if lg_cpu.get(shape.name):
+                details["langgraph_cpu_us_per_step_median"] = median(lg_cpu[shape.name])
             figures.append(
                 Figure(
                     group="overhead",
@@ -143,7 +150,7 @@ async def parallel(ctx: Context) -> list[Figure]:
             art_ratios.append(measure.wall_s / art_critical_s)
             if compiled is not None:
                 lg_ratios.append(lg_wall / dag_path_s)
-        await art_side.close_instance(instance)
+        await instance.close()
         figures.append(
             Figure(
                 group="parallel",
@@ -172,7 +179,6 @@ async def parallel(ctx: Context) -> list[Figure]:
 
 
 async def llm_cost(ctx: Context) -> list[Figure]:
-    import art
     from benchmarks.baseline import cost_of, price_baseline
 
     s = ctx.settings
@@ -184,8 +190,7 @@ async def llm_cost(ctx: Context) -> list[Figure]:
     for size in s.cost_plan_sizes:
         shape = random_dag(size)
         plan = plan_for(shape)
-        scripted = art_side.scripted_model(plan, 0.0)
-        instance = art.create_art_instance(model=scripted.model, tools=[tool], storage="memory://")
+        instance = art_side.create_instance(plan, [tool])
         with clock.installed():
             measure = await art_side.run_once(
                 instance, clock, expected_steps=shape.size, query=query
@@ -193,7 +198,7 @@ async def llm_cost(ctx: Context) -> list[Figure]:
             art_calls = list(clock.calls)
             outputs = {r.step_id: r.output for r in measure.response.steps}
             baseline = await price_baseline(
-                model=scripted.model,
+                model=instance.scripted.model,
                 query=query,
                 plan=plan,
                 tools=tool_specs,
@@ -201,8 +206,7 @@ async def llm_cost(ctx: Context) -> list[Figure]:
                 art_calls=art_calls,
                 result_limit=60_000,
             )
-        await art_side.close_instance(instance)
-        scripted.unregister()
+        await instance.close()
         art_cost = cost_of(art_calls)
         meta = measure.response.metadata
         workload = f"{size} tool step{'s' if size > 1 else ''}"
@@ -280,7 +284,7 @@ async def throughput(ctx: Context) -> list[Figure]:
         p50s.append(percentile(latencies, 50) * MS)
         p99s.append(percentile(latencies, 99) * MS)
         errors.append(float(len(failed)))
-    await art_side.close_instance(instance)
+    await instance.close()
     workload = (
         f"{s.throughput_threads} threads at once, {shape.size}-step plan, "
         f"LLM {s.throughput_llm_latency_s * MS:.0f} ms"
@@ -326,8 +330,11 @@ def _probe(engine: str, steps: int) -> dict[str, Any]:
 
 async def memory(ctx: Context) -> list[Figure]:
     steps = ctx.settings.memory_steps
-    art_result = await asyncio.to_thread(_probe, "art", steps)
-    lg_result = await asyncio.to_thread(_probe, "langgraph", steps) if ctx.with_langgraph else None
+    # Separate processes: running both at once changes neither's peak RSS.
+    engines = ["art", "langgraph"] if ctx.with_langgraph else ["art"]
+    results = await asyncio.gather(*(asyncio.to_thread(_probe, e, steps) for e in engines))
+    art_result = results[0]
+    lg_result = results[1] if ctx.with_langgraph else None
     return [
         Figure(
             group="memory",
@@ -349,13 +356,14 @@ async def memory(ctx: Context) -> list[Figure]:
 
 def _time_command(argv: list[str], repeats: int) -> list[float]:
     samples = []
-    for attempt in range(repeats + 1):
+    warmup = 1 if repeats > 1 else 0  # the first run warms the file cache
+    for attempt in range(repeats + warmup):
         started = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         elapsed = time.perf_counter() - started
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
-        if attempt:  # the first run warms the file cache
+        if attempt >= warmup:
             samples.append(elapsed)
     return samples
 
@@ -419,6 +427,9 @@ async def startup(ctx: Context) -> list[Figure]:
     return figures
 
 
+# Groups whose figures subtract the time spent inside litellm.acompletion.
+TIMES_LLM_CALLS = frozenset({"overhead", "parallel"})
+
 FigureFn = Callable[[Context], Awaitable[list[Figure]]]
 
 GROUP_FUNCTIONS: dict[str, FigureFn] = {
@@ -451,29 +462,33 @@ def expected_keys(settings: Settings, with_langgraph: bool = True) -> set[str]:
 
 async def run_groups(groups: list[str], settings: Settings, with_langgraph: bool) -> list[Figure]:
     figures: list[Figure] = []
+    art_side.quiet_logging()
     with tempfile.TemporaryDirectory(prefix="art-bench-") as scratch:
         ctx = Context(settings, Path(scratch), with_langgraph)
-        with ctx.clock.installed():
-            for group in groups:
-                print(f"measuring {group} ...", file=sys.stderr, flush=True)
-                started = time.perf_counter()
-                try:
+        for group in groups:
+            print(f"measuring {group} ...", file=sys.stderr, flush=True)
+            started = time.perf_counter()
+            try:
+                if group in TIMES_LLM_CALLS:
+                    with ctx.clock.installed():
+                        figures.extend(await GROUP_FUNCTIONS[group](ctx))
+                else:
                     figures.extend(await GROUP_FUNCTIONS[group](ctx))
-                except Exception as exc:  # one broken group must not hide the others
-                    figures.append(
-                        Figure(
-                            group=group,
-                            name=group,
-                            workload="-",
-                            unit="",
-                            error=f"{type(exc).__name__}: {exc}",
-                        )
+            except Exception as exc:  # one broken group must not hide the others
+                figures.append(
+                    Figure(
+                        group=group,
+                        name=group,
+                        workload="-",
+                        unit="",
+                        error=f"{type(exc).__name__}: {exc}",
                     )
-                print(
-                    f"  {group} took {time.perf_counter() - started:.1f} s",
-                    file=sys.stderr,
-                    flush=True,
                 )
+            print(
+                f"  {group} took {time.perf_counter() - started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     return figures
 
 

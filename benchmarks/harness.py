@@ -106,7 +106,7 @@ class Settings:
             throughput_threads=20,
             throughput_llm_latency_s=0.005,
             memory_steps=200,
-            startup_repeats=2,
+            startup_repeats=1,
         )
 
 

@@ -76,16 +76,21 @@ def run_config(shape: Shape) -> dict[str, Any]:
     return {"recursion_limit": shape.depth + 10}
 
 
-async def run_once(compiled: Any, shape: Shape) -> float:
-    """Run the compiled graph once; return the wall time in seconds."""
-    started = time.perf_counter()
+async def run_timed(compiled: Any, shape: Shape) -> tuple[float, float]:
+    """Run the compiled graph once; return its wall and process CPU time in seconds."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     final = await compiled.ainvoke({"outputs": {}}, config=run_config(shape))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     if len(final["outputs"]) != shape.size:
         raise RuntimeError(
             f"LangGraph ran {len(final['outputs'])} of {shape.size} steps of {shape.name}"
         )
-    return elapsed
+    return elapsed, cpu
+
+
+async def run_once(compiled: Any, shape: Shape) -> float:
+    """Run the compiled graph once; return the wall time in seconds."""
+    return (await run_timed(compiled, shape))[0]
 
 
 def time_build(shape: Shape, fn: StepFn) -> tuple[Any, float]:

@@ -43,7 +43,9 @@ def _peak_kb() -> int:
 
 
 async def _art(steps: int) -> dict[str, float | int | bool]:
-    from benchmarks.art_side import LlmClock, close_instance, create_instance, run_once, step_tool
+    from benchmarks.art_side import LlmClock, create_instance, quiet_logging, run_once, step_tool
+
+    quiet_logging()
 
     tool = step_tool(make_step_fn(0))
     warm = create_instance(plan_for(fan_out(4)), [tool])
@@ -52,14 +54,14 @@ async def _art(steps: int) -> dict[str, float | int | bool]:
     big = create_instance(plan_for(shape), [tool])
     with clock.installed():
         await run_once(warm, clock, expected_steps=5)
-        await close_instance(warm)
+        await warm.close()
         reset = _reset_peak()
         before = _status_kb("VmRSS")
         started = time.perf_counter()
         await run_once(big, clock, expected_steps=shape.size)
         wall = time.perf_counter() - started
         peak = _peak_kb()
-    await close_instance(big)
+    await big.close()
     return {"before_kb": before, "peak_kb": peak, "wall_s": wall, "peak_reset": reset}
 
 

@@ -1,0 +1,93 @@
+"""Smoke test of the benchmark suite: `python -m benchmarks --quick` runs and reports every
+figure. Timings are not asserted here (they belong to docs/performance.md), only that
+each figure was measured and the engine's counts are right."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # about 30 s on an idle 2-core machine
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "engine overhead per step" in done.stdout  # the table was printed
+    return json.loads(out.read_text())
+
+
+def by_group(report: dict) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for figure in report["figures"]:
+        groups.setdefault(figure["group"], []).append(figure)
+    return groups
+
+
+def test_every_figure_is_measured_without_error(report: dict) -> None:
+    groups = by_group(report)
+    assert set(groups) == {"overhead", "parallel", "llm_cost", "throughput", "memory", "startup"}
+    for figure in report["figures"]:
+        assert figure["error"] is None, figure
+        assert isinstance(figure["art"], int | float), figure
+        assert figure["art"] >= 0, figure
+
+
+def test_overhead_covers_three_shapes_in_memory_and_sqlite(report: dict) -> None:
+    workloads = {f["workload"] for f in by_group(report)["overhead"]}
+    shapes = Counter(w.split("-")[0] for w in workloads)
+    assert shapes == {"chain": 2, "fan": 2, "random": 2}
+    assert {w.rsplit(" / ", 1)[1] for w in workloads} == {"memory", "sqlite"}
+    for figure in by_group(report)["overhead"]:
+        assert figure["unit"] == "µs/step"
+        assert figure["target"] == (100.0 if figure["workload"].endswith("memory") else 300.0)
+
+
+def test_langgraph_column_is_filled_or_explained(report: dict) -> None:
+    dag_figures = by_group(report)["overhead"] + by_group(report)["parallel"]
+    for figure in dag_figures:
+        if report["langgraph_version"]:
+            assert figure["other"] > 0 and figure["ratio"] > 0, figure
+        else:
+            assert figure["other"] is None and figure["note"] == "langgraph not installed"
+
+
+def test_a_tool_only_plan_costs_two_llm_calls_and_fewer_tokens_than_the_baseline(
+    report: dict,
+) -> None:
+    cost = by_group(report)["llm_cost"]
+    calls = [f for f in cost if f["name"] == "LLM calls per query"]
+    tokens = {f["workload"]: f for f in cost if f["name"] == "prompt tokens per query"}
+    assert {f["workload"] for f in calls} == {"1 tool step", "5 tool steps"}
+    for figure in calls:
+        assert figure["art"] == 2 and figure["passed"] is True
+        steps = int(figure["workload"].split()[0])
+        assert figure["other"] == steps + 2  # planning, one call per item, synthesis
+    assert tokens["5 tool steps"]["art"] < tokens["5 tool steps"]["other"]
+
+
+def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> None:
+    groups = by_group(report)
+    throughput = {f["name"]: f for f in groups["throughput"]}
+    assert set(throughput) == {"throughput", "latency p50", "latency p99", "errors"}
+    assert throughput["errors"]["art"] == 0
+    assert throughput["latency p50"]["art"] <= throughput["latency p99"]["art"]
+    assert groups["memory"][0]["details"]["art"]["peak_kb"] > 0
+    assert {f["workload"] for f in groups["startup"]} == {"import art", "art --help"}
