@@ -77,6 +77,15 @@ def configure(config: ArtInstanceConfig | None = None, **fields: Any) -> ArtInst
     return instance
 
 
+def _reset_default_instance() -> None:
+    """Close and forget the default instance (tests; the next call builds a new one)."""
+    global _default
+    with _lock:
+        old, _default = _default, None
+    if old is not None:
+        old.close()
+
+
 def process(
     query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
 ) -> AgentFinalResponse:
