@@ -243,7 +243,13 @@ class Executor:
         self._plan_updated = plan_updated
         self._config = run.config
         self._events = run.events
-        self._records: dict[str, StepRecord] = dict(records or {})
+        plan_ids = {step.id for step in plan.steps}
+        # Earlier records of steps not in this plan matter only for their outputs.
+        self._records: dict[str, StepRecord] = {
+            step_id: record
+            for step_id, record in (records or {}).items()
+            if step_id in plan_ids or record.status == "completed"
+        }
         self._outputs: dict[str, Any] = {
             step_id: record.result.output if record.result is not None else None
             for step_id, record in self._records.items()
@@ -330,6 +336,11 @@ class Executor:
 
     def _pump(self) -> None:
         """Launch ready steps while there is room and no stop was asked for."""
+        if self._stop is None and self.run_context.cancellation.cancelled:
+            # The run's token was cancelled directly (not through cancel()): its tools
+            # already see it; stop here too.
+            self.cancel(self.run_context.cancellation.reason or "cancelled")
+            return
         limit = self._config.max_concurrency
         group = self._group
         while self._ready and self._running < limit and self._stop is None and group:

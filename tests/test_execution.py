@@ -760,6 +760,30 @@ async def test_cancel_reaches_a_sync_tool_in_its_worker_thread():
     assert ex.run_context.cancellation.cancelled
 
 
+async def test_cancelling_the_runs_token_directly_stops_the_run():
+    class Waits(art.IToolExecutor):
+        schema = art.ToolSchema(name="waits", description="waits for cancellation")
+
+        def execute(self, input, context):
+            seen = context.cancellation.wait(GUARD_S)
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="waits", status="success", output=seen
+            )
+
+    echo_tool = FnTool("echo", echo)
+    ex = executor(
+        plan_of(step("s1", "waits"), step("s2", "echo", deps=("s1",))), [Waits(), echo_tool]
+    )
+    task = asyncio.create_task(run_guarded(ex))
+    await asyncio.sleep(0.05)
+    ex.run_context.cancellation.cancel("stop now")
+    outcome = await task
+    assert outcome.records["s1"].output is True  # the sync tool saw the signal
+    assert echo_tool.calls == []  # nothing new started
+    assert outcome.status == "cancelled"
+    assert outcome.error.message == "stop now"
+
+
 async def test_cancelling_the_awaiting_task_cancels_running_tools():
     started = asyncio.Event()
     seen = []
@@ -782,3 +806,20 @@ async def test_cancelling_the_awaiting_task_cancels_running_tools():
     assert len(seen) == 1
     assert seen[0].cancelled  # and the signal sync tools read is set too
     assert ex._records["s1"].status == "in_progress"  # left as a crash would leave it
+
+
+async def test_failed_records_of_an_earlier_plan_do_not_count_against_a_new_one():
+    plan = plan_of(step("s2", value="{{s1.output}}"))
+    earlier = {
+        "s1": StepRecord(
+            step_id="s1",
+            tool="echo",
+            status="completed",
+            result=art.ToolResult(call_id="c", tool_name="echo", status="success", output=5),
+        ),
+        "old": StepRecord(step_id="old", tool="echo", status="failed", reason="replaced"),
+    }
+    outcome = await run_guarded(executor(plan, [FnTool("echo", echo)], records=earlier))
+    assert outcome.status == "completed"
+    assert list(outcome.records) == ["s2", "s1"]
+    assert outcome.outputs == {"s2": 5, "s1": 5}
