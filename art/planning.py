@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,14 @@ _HISTORY_TURNS = 10
 _HISTORY_CHARS = 600
 _REPLY_ECHO_CHARS = 4000
 _PROBLEMS_SHOWN = 30
-_SCHEMA_NOISE = frozenset({"title", "$schema", "additionalProperties", "examples", "default"})
+# Schema keywords that cost tokens and do not change which arguments a planner writes.
+_SCHEMA_NOISE = frozenset(
+    {"title", "$schema", "additionalProperties", "examples", "default", "minLength",
+     "maxLength", "minItems", "maxItems", "uniqueItems"}
+)  # fmt: skip
+# Dropped as well when the prompt must shrink to fit a small context window.
+_COMPACT_NOISE = _SCHEMA_NOISE | {"description", "pattern", "format"}
+_SHORT_DESCRIPTION_CHARS = 160
 
 _INSTRUCTIONS = """\
 You plan how to answer the user's request with the tools below. Reply with one JSON \
@@ -108,17 +115,27 @@ when real judgment is needed, never to write the final answer.
 # -- prompt -------------------------------------------------------------------------------
 
 
-def _compact_schema(value: Any) -> Any:
-    """The schema without keys that cost tokens and tell the planner nothing."""
+def _compact_schema(value: Any, noise: frozenset[str] = _SCHEMA_NOISE) -> Any:
+    """The schema without keywords in `noise` (property names are kept, whatever they are)."""
     if isinstance(value, Mapping):
-        return {
-            key: _compact_schema(item)
-            for key, item in value.items()
-            if key not in _SCHEMA_NOISE or not isinstance(key, str)
-        }
+        compact: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(
+                item, Mapping
+            ):
+                compact[key] = {name: _compact_schema(sub, noise) for name, sub in item.items()}
+            elif key not in noise:
+                compact[key] = _compact_schema(item, noise)
+        return compact
     if isinstance(value, list):
-        return [_compact_schema(item) for item in value]
+        return [_compact_schema(item, noise) for item in value]
     return value
+
+
+def _short(description: str) -> str:
+    """The first sentence of a description, at most _SHORT_DESCRIPTION_CHARS long."""
+    first = re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0]
+    return _clip(first, _SHORT_DESCRIPTION_CHARS)
 
 
 def _compact_json(value: Any) -> str:
@@ -131,14 +148,21 @@ _MODE_NOTES = {
 }
 
 
-def render_tools(registry: Any) -> str:
-    """One entry per tool: name, description, parameters as compact JSON."""
+def render_tools(registry: Any, *, compact: bool = False) -> str:
+    """One entry per tool: name, description, parameters as compact JSON.
+
+    `compact` keeps only each description's first sentence and drops parameter
+    descriptions, for models with a small context window.
+    """
     lines = []
     for schema in registry.schemas():
         description = " ".join(schema.description.split())
+        if compact:
+            description = _short(description)
         note = _MODE_NOTES.get(schema.mode, "")
         lines.append(f"- {schema.name}: {description}{note}")
-        parameters = _compact_schema(schema.input_schema or {})
+        noise = _COMPACT_NOISE if compact else _SCHEMA_NOISE
+        parameters = _compact_schema(schema.input_schema or {}, noise)
         properties = parameters.get("properties") or {}
         required = parameters.get("required") or []
         extra = {k: v for k, v in parameters.items() if k not in ("type", "properties", "required")}
@@ -163,12 +187,14 @@ def _history_text(history: Sequence[ConversationMessage]) -> str:
     return "\n".join(lines)
 
 
-def _system_prompt(registry: Any, persona: Persona | None, now: datetime | None) -> str:
+def _system_prompt(
+    registry: Any, persona: Persona | None, now: datetime | None, compact: bool = False
+) -> str:
     persona = persona or Persona()
     today = (now or datetime.now(UTC)).strftime("%Y-%m-%d")
     parts = [
         _INSTRUCTIONS,
-        "Tools:\n" + render_tools(registry),
+        "Tools:\n" + render_tools(registry, compact=compact),
         _FORMAT,
         _RULES,
     ]
@@ -185,8 +211,12 @@ def render_planning_messages(
     persona: Persona | None = None,
     *,
     now: datetime | None = None,
+    compact: bool = False,
 ) -> list[dict[str, Any]]:
-    """The messages of the planning call: instructions and tools, then the request."""
+    """The messages of the planning call: instructions and tools, then the request.
+
+    `compact` shortens the tool descriptions (see `render_tools`).
+    """
     user_parts = []
     earlier = _history_text(history)
     if earlier:
@@ -195,7 +225,7 @@ def render_planning_messages(
         )
     user_parts.append(f"Request: {query}")
     return [
-        {"role": "system", "content": _system_prompt(registry, persona, now)},
+        {"role": "system", "content": _system_prompt(registry, persona, now, compact)},
         {"role": "user", "content": "\n\n".join(user_parts)},
     ]
 
@@ -223,6 +253,7 @@ def render_replan_messages(
     *,
     max_output_length: int = 60_000,
     now: datetime | None = None,
+    compact: bool = False,
 ) -> list[dict[str, Any]]:
     """The messages of the replanning call: the request, what finished, what failed."""
     steps = {step.id: step for step in previous.steps}
@@ -268,7 +299,7 @@ def render_replan_messages(
         "Do not repeat a failed step unchanged: fix its arguments or use another way."
     )
     return [
-        {"role": "system", "content": _system_prompt(registry, persona, now)},
+        {"role": "system", "content": _system_prompt(registry, persona, now, compact)},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
 
@@ -466,6 +497,10 @@ def parse_plan(
 
 # -- the planner --------------------------------------------------------------------------
 
+_UNKNOWN = object()
+# Context windows up to this size are worth measuring the prompt against.
+_SMALL_WINDOW = 16_384
+
 
 class Planner:
     """Writes plans with one LLM call, repairing invalid ones with further calls."""
@@ -478,6 +513,7 @@ class Planner:
         self.persona = persona or Persona()
         self.model = model
         self._structured: bool | None = None
+        self._window: Any = _UNKNOWN
 
     def _response_format(self) -> dict[str, Any] | None:
         if self._structured is None:
@@ -490,8 +526,13 @@ class Planner:
         self, run: RunContext, query: str, history: Sequence[ConversationMessage] = ()
     ) -> Plan:
         """A valid plan for `query`; raises PlanError (or ModelError from the provider)."""
-        messages = render_planning_messages(query, self.registry, history, self.persona)
-        return await self._plan_and_repair(run, "planning", messages, frozenset())
+
+        def render(compact: bool) -> list[dict[str, Any]]:
+            return render_planning_messages(
+                query, self.registry, history, self.persona, compact=compact
+            )
+
+        return await self._plan_and_repair(run, "planning", self._fit(render), frozenset())
 
     async def replan(
         self,
@@ -507,16 +548,37 @@ class Planner:
         must not redefine them.
         """
         completed = frozenset(sid for sid, r in records.items() if r.status == "completed")
-        messages = render_replan_messages(
-            query,
-            self.registry,
-            history,
-            self.persona,
-            previous,
-            records,
-            max_output_length=run.config.tool_result_max_length,
-        )
-        return await self._plan_and_repair(run, "replan", messages, completed)
+
+        def render(compact: bool) -> list[dict[str, Any]]:
+            return render_replan_messages(
+                query,
+                self.registry,
+                history,
+                self.persona,
+                previous,
+                records,
+                max_output_length=run.config.tool_result_max_length,
+                compact=compact,
+            )
+
+        return await self._plan_and_repair(run, "replan", self._fit(render), completed)
+
+    def _fit(self, render: Callable[[bool], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The full prompt, or the compact one when the full one would take more than
+        half of a small model's context window (the plan and a repair turn need the rest)."""
+        messages = render(False)
+        if self._window is _UNKNOWN:
+            from art.llm import context_window
+
+            self._window = context_window(self.model)
+        window = self._window
+        if not isinstance(window, int) or window > _SMALL_WINDOW:
+            return messages
+        from art.llm import count_tokens
+
+        if count_tokens(self.model, messages) <= window // 2:
+            return messages
+        return render(True)
 
     async def _plan_and_repair(
         self,

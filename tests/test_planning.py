@@ -152,6 +152,47 @@ def test_the_prompt_fits_a_small_local_model(registry):
     assert count_tokens("gpt-4o-mini", messages) < 1000
 
 
+def test_schema_noise_is_dropped_but_property_names_are_kept():
+    tool = Tool(
+        "show",
+        "Shows a titled table. Use it for comparisons.",
+        {
+            "type": "object",
+            "title": "ShowInput",
+            "properties": {
+                "title": {"type": "string", "title": "Title", "maxLength": 80},
+                "pattern": {"type": "string", "pattern": "^x", "description": "A glob."},
+            },
+            "required": ["title"],
+            "additionalProperties": False,
+        },
+    )
+    registry = ToolRegistry([tool])
+    full = render_planning_messages("q", registry, [], None, now=NOW)[0]["content"]
+    assert (
+        '- show: Shows a titled table. Use it for comparisons.\n  args: {"title":{"type":"string"},'
+        '"pattern":{"type":"string","pattern":"^x","description":"A glob."}}; required: title'
+    ) in full
+    compact = render_planning_messages("q", registry, [], None, now=NOW, compact=True)
+    assert (
+        '- show: Shows a titled table.\n  args: {"title":{"type":"string"},'
+        '"pattern":{"type":"string"}}; required: title'
+    ) in compact[0]["content"]
+
+
+async def test_a_small_context_window_gets_the_compact_prompt(scripted_model, registry):
+    long_description = "Evaluate an arithmetic expression. " + "More detail. " * 400
+    registry = ToolRegistry([Tool("calculator", long_description, CALCULATOR.schema.input_schema)])
+    small = scripted_model(planning=GOOD, context_window=2048)
+    large = scripted_model(planning=GOOD, context_window=200_000)
+    unknown = scripted_model(planning=GOOD)
+    for model in (small, large, unknown):
+        await planner_for(model, registry).plan(make_run_context(), "q", [])
+    assert "More detail." not in small.calls[0].messages[0]["content"]
+    assert "More detail." in large.calls[0].messages[0]["content"]
+    assert "More detail." in unknown.calls[0].messages[0]["content"]
+
+
 def test_long_history_is_clipped(registry):
     history = [message("user", f"question {i} " + "x" * 2000) for i in range(30)]
     _, user = render_planning_messages("q", registry, history, None, now=NOW)
