@@ -71,6 +71,11 @@ class Step(ArtModel):
     def _id_text(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
+    @field_validator("description", mode="before")
+    @classmethod
+    def _description_text(cls, value: Any) -> Any:
+        return _as_text(value)
+
     @field_validator("tool", mode="before")
     @classmethod
     def _no_tool(cls, value: Any) -> Any:
@@ -109,6 +114,15 @@ class Step(ArtModel):
         return self.tool is None
 
 
+def _as_text(value: Any) -> Any:
+    """Labels an LLM wrote as null or a number become text; anything else is validated."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
@@ -125,6 +139,11 @@ class Plan(ArtModel):
     @classmethod
     def _none_steps(cls, value: Any) -> Any:
         return [] if value is None else value
+
+    @field_validator("intent", "title", mode="before")
+    @classmethod
+    def _label_text(cls, value: Any) -> Any:
+        return _as_text(value)
 
     # -- lookup -----------------------------------------------------------------------
     def step(self, step_id: str) -> Step:

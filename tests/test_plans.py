@@ -72,6 +72,9 @@ def test_common_llm_spellings_are_understood():
     )
     assert (step.id, step.tool, step.args, step.depends_on) == ("3", None, {"a": 1}, ["s1"])
     assert Step.model_validate({"id": "s1", "args": None, "dependsOn": None}).args == {}
+    assert Step.model_validate({"id": "s1", "description": None}).description == ""
+    labels = Plan.model_validate({"title": None, "intent": 42, "steps": None})
+    assert (labels.title, labels.intent, labels.steps) == ("", "42", [])
     # The wire name wins when both are present.
     both = Step.model_validate({"id": "s1", "args": {"x": 1}, "arguments": {"y": 2}})
     assert both.args == {"x": 1}
