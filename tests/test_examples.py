@@ -1,0 +1,179 @@
+"""Every script in examples/ runs as written, in a subprocess, and says what it should."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The throwaway PostgreSQL server of the storage tests (tests/storage/conftest.py).
+from storage.conftest import postgres_server  # noqa: F401
+
+from art.adapters import local
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(
+    name: str, *args: str, cwd: Path, timeout: float = 180, env: dict | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
+    environment.pop("ART_MODEL", None)  # never a real provider
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+SUMMARY = re.compile(
+    r"^success · 2 LLM calls · 3 tool calls · [\d,]+ tokens · cost n/a · [\d.]+ s$", re.MULTILINE
+)
+
+
+def test_quickstart_scripted(tmp_path):
+    out = _ok(run_example("quickstart.py", "--scripted", cwd=tmp_path))
+    assert "note: --scripted: art's scripted test model replies from a fixed script." in out
+    assert "s1 calculator: completed -> 391" in out
+    assert "s2 calculator: completed -> 42.0" in out
+    assert "s3 calculator: completed -> 403" in out
+    assert "17 x 23 + 12 = **403**, and the square root of 1764 is **42**." in out
+    assert SUMMARY.search(out), out
+
+
+@pytest.mark.skipif(not local.available(), reason="runs the fallback path instead (below)")
+@pytest.mark.local_model
+@pytest.mark.slow
+def test_quickstart_as_written_uses_the_local_demo_model(tmp_path):
+    out = _ok(run_example("quickstart.py", cwd=tmp_path, timeout=900))
+    assert "model: local/smollm2" in out
+    assert "note:" not in out
+    lines = out.strip().splitlines()
+    assert re.match(r"^success · \d+ LLM calls · \d+ tool calls · .* s$", lines[-1]), out
+    assert lines[-3].strip(), "the answer line is empty"
+
+
+@pytest.mark.skipif(local.available(), reason="the demo model is installed (test above)")
+def test_quickstart_as_written_falls_back_to_the_scripted_model_with_a_note(tmp_path):
+    out = _ok(run_example("quickstart.py", cwd=tmp_path))
+    assert "note: the offline demo model is not installed" in out
+    assert SUMMARY.search(out), out
+
+
+def test_custom_tool(tmp_path):
+    out = _ok(run_example("custom_tool.py", cwd=tmp_path))
+    assert "get_weather: {'city':" in out
+    assert "celsius_to_fahrenheit: {'celsius':" in out  # schema from the typed function
+    assert "s3 celsius_to_fahrenheit({'celsius': 18.5}) -> 65.3" in out  # field reference
+    assert "s4 celsius_to_fahrenheit({'celsius': 4.0}) -> 39.2" in out
+    assert "sources: ['example weather service']" in out
+    assert "2 LLM calls, 4 tool calls" in out
+
+
+def test_human_approval_suspends_then_resumes_on_a_new_instance(tmp_path):
+    out = _ok(run_example("human_approval.py", cwd=tmp_path))
+    assert re.search(r"status: suspended, suspension: [0-9a-f]{32}", out)
+    assert "steps: [('s1', 'waiting'), ('s2', 'pending')]" in out
+    assert "asks {'question': 'Approve: refund order 1234 ($120.00)?'}" in out
+    assert "(stdin is not a terminal: approving automatically)" in out
+    assert "status: success" in out
+    assert "answer: The refund of $120 for order 1234 was issued." in out
+    assert list(tmp_path.iterdir()) == []  # its database lived in a temporary directory
+
+
+def test_human_approval_rejected(tmp_path):
+    out = _ok(run_example("human_approval.py", "--reject", cwd=tmp_path))
+    assert "status: partial" in out
+    assert "('s1', 'failed', 'rejected by a human reviewer: over the monthly limit')" in out
+    assert "('s2', 'skipped'" in out
+    assert "answer: The refund was not issued: the manager rejected it." in out
+
+
+def test_display_tool(tmp_path):
+    out = _ok(run_example("display_tool.py", cwd=tmp_path))
+    assert "[event] bar_chart ready:" in out
+    assert re.search(r"19 x 29 █{30} 551", out)
+    assert "[event] show ready:" in out and "17 x 23 | 391" in out
+    assert "resp.display has 2 items:" in out
+    assert "- step s3 (bar_chart): kind bar_chart" in out
+    assert "- step s4 (show): kind table" in out
+    assert "the synthesis prompt mentions the chart's bars: False" in out
+    # displays are rendered as soon as ready: before the answer
+    assert out.index("[event] bar_chart") < out.index("answer:")
+
+
+def _pytest(path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+
+
+def test_plan_snapshot_example_passes_against_its_committed_snapshot(tmp_path):
+    snapshot = EXAMPLES / "__snapshots__" / "plan_snapshot_test"
+    committed = snapshot / "test_plan_matches_the_snapshot.plan.md"
+    assert committed.is_file(), "the example's snapshot must be committed"
+    before = committed.read_text()
+
+    done = _pytest(EXAMPLES / "plan_snapshot_test.py", tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "1 snapshot passed" in done.stdout
+    assert committed.read_text() == before
+
+
+def test_plan_snapshot_example_fails_when_the_plan_changes(tmp_path):
+    """A copy of the example whose planner now writes a different argument must fail."""
+    copy = tmp_path / "plan_snapshot_test.py"
+    text = (EXAMPLES / "plan_snapshot_test.py").read_text()
+    copy.write_text(text.replace('"expression": "19 * 29"', '"expression": "19 * 31"'))
+    shutil.copytree(EXAMPLES / "__snapshots__", tmp_path / "__snapshots__")
+
+    done = _pytest(copy, tmp_path)
+    assert done.returncode == 1, done.stdout
+    assert "1 snapshot failed" in done.stdout
+    assert "19 * 31" in done.stdout and "19 * 29" in done.stdout  # the diff shows both
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_multi_worker_postgres(tmp_path, postgres_server):  # noqa: F811
+    # The example uses fresh thread ids, so the shared test database needs no cleaning.
+    done = run_example("multi_worker_postgres.py", postgres_server, cwd=tmp_path, timeout=600)
+    out = _ok(done)
+    assert "3 workers, 9 threads" in out
+    assert len(re.findall(r"mw-\w+-\d: success by worker-\d -> \d+", out)) == 9
+    assert "every thread ran exactly once: True" in out
+    assert "race: 1 winner, 2 turned away with THREAD_BUSY" in out
+
+
+def test_multi_worker_postgres_without_a_url_says_how_to_get_one(tmp_path):
+    done = run_example("multi_worker_postgres.py", cwd=tmp_path, env={"ART_TEST_POSTGRES_URL": ""})
+    assert done.returncode == 2
+    assert ".ci/postgres.sh start" in done.stdout
+
+
+def test_every_example_is_exercised_here():
+    source = Path(__file__).read_text()
+    for script in EXAMPLES.glob("*.py"):
+        assert f'"{script.name}"' in source, f"{script.name} has no test in {__file__}"
