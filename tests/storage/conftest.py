@@ -65,11 +65,11 @@ def postgres_server() -> Iterator[str]:
 
 
 def _with_database(url: str, database: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    """`url` (a postgresql:// URL) naming another database on the same server."""
+    from urllib.parse import urlsplit, urlunsplit
 
-    params = conninfo_to_dict(url)
-    params["dbname"] = database
-    return make_conninfo(**params)
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 @pytest.fixture
