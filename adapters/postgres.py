@@ -524,13 +524,21 @@ class PostgresStorage(StorageAdapter):
 
 
 def _redact(url: str) -> str:
-    """The URL without its password, for repr and logs."""
+    """The URL (or key=value conninfo) without its password, for repr and logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
     try:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
         params = conninfo_to_dict(url)
     except psycopg.Error:
-        return "postgresql://..."
+        return "<conninfo>"
     if "password" in params:
         params["password"] = "***"
     return make_conninfo(**params)
