@@ -370,12 +370,21 @@ class ArtInstance:
         """Stop the run this instance is executing on `thread_id`; False when there is none.
 
         Running tools are cancelled (sync tools see `context.cancelled`); the response
-        comes back with error code CANCELLED. Call it from the instance's event loop.
+        comes back with error code CANCELLED. Safe to call from any thread.
         """
         session = self._active.get(thread_id)
         if session is None:
             return False
-        session.cancel(reason)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is session.loop:
+            session.cancel(reason)
+        else:
+            # The run lives on another loop (the sync methods' private one, say).
+            session.run.cancellation.cancel(reason)  # tools see it at once
+            session.loop.call_soon_threadsafe(session.cancel, reason)
         return True
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -624,6 +633,7 @@ class _Session:
             stats=stats,
         )
         self.executor: Executor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._cancel_reason: str | None = None
 
     # -- the run ----------------------------------------------------------------------
@@ -631,6 +641,7 @@ class _Session:
         self, start_data: dict[str, Any], *, resumed: Suspension | None = None
     ) -> AgentFinalResponse:
         inst, run = self.inst, self.run
+        self.loop = asyncio.get_running_loop()
         inst._active[run.thread_id] = self
         try:
             await self._emit("session:start", {"query": self.record.query, **start_data})

@@ -565,3 +565,35 @@ async def test_sync_methods_and_context_managers(scripted_model):
         model=model.model, tools=[Add()], storage="memory://"
     ) as other:
         assert (await other.aprocess("go", "t")).content == "ten"
+
+
+def test_cancel_from_another_thread_stops_a_sync_run(scripted_model):
+    import concurrent.futures
+    import threading
+
+    started = threading.Event()
+    seen: list[bool] = []
+
+    class Wait(art.IToolExecutor):
+        schema = art.ToolSchema(name="wait", description="waits for cancellation")
+
+        def execute(self, input, context):
+            started.set()
+            seen.append(context.cancellation.wait(GUARD_S))
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="wait", status="success", output="done"
+            )
+
+    plan = {
+        "steps": [{"id": "s1", "tool": "wait"}, {"id": "s2", "tool": "wait", "dependsOn": ["s1"]}]
+    }
+    model = scripted_model(planning=plan, synthesis="x")
+    inst = art.create_art_instance(model=model.model, tools=[Wait()], storage="memory://")
+    with inst, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(inst.process, "go", "t")
+        assert started.wait(GUARD_S)
+        assert inst.cancel("t", "stop from the UI thread")
+        response = future.result(GUARD_S)
+    assert response.metadata.error.code == "CANCELLED"
+    assert seen == [True]  # the sync tool saw the signal
+    assert [s.status for s in response.steps] == ["cancelled", "pending"]
