@@ -361,9 +361,29 @@ class _InlineWriter:
         finally:
             self.lock.release()
 
+    def try_statement(self, sql: str, args: Sequence[Any]) -> bool:
+        """Run one statement as its own transaction (autocommit: no BEGIN/COMMIT round
+        trips); True once committed, False when the worker must do it."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            try:
+                self.conn.execute(sql, args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                    return False  # another process is writing: nothing was written
+                raise
+            self.commits += 1
+            return True
+        finally:
+            self.lock.release()
+
     def close(self) -> None:
         with self.lock:
             self.conn.close()
+
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:
@@ -418,10 +438,13 @@ class SQLiteStorage(StorageAdapter):
         if inline is not None:
             done, result = inline.try_write(fn)
             if done:
-                if inline.commits % inline.CHECKPOINT_EVERY == 0 and self._worker is not None:
-                    self._worker.jobs.put(_Job(_checkpoint, False, None, None))
+                self._after_inline_commit(inline)
                 return result  # type: ignore[return-value]
         return await self._call(fn, write=True)
+
+    def _after_inline_commit(self, inline: _InlineWriter) -> None:
+        if inline.commits % inline.CHECKPOINT_EVERY == 0 and self._worker is not None:
+            self._worker.jobs.put(_Job(_checkpoint, False, None, None))
 
     async def open(self) -> None:
         worker = self._worker
@@ -518,15 +541,16 @@ class SQLiteStorage(StorageAdapter):
         await self._write(write)
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:
+        # One statement, no read: the hot path (twice per step).
         args = (run_id, record.step_id, dump_json(record))
-
-        def write(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(_SAVE_STEP, args)
-            except sqlite3.IntegrityError as exc:  # the foreign key: no such run
-                raise KeyError(f"no run {run_id!r}") from exc
-
-        await self._write(write)
+        inline = self._inline
+        try:
+            if inline is not None and inline.try_statement(_SAVE_STEP, args):
+                self._after_inline_commit(inline)
+                return
+            await self._call(lambda conn: conn.execute(_SAVE_STEP, args), write=True)
+        except sqlite3.IntegrityError as exc:  # the foreign key: no such run
+            raise KeyError(f"no run {run_id!r}") from exc
 
     # -- suspensions --------------------------------------------------------------
     async def add_suspension(self, suspension: Suspension) -> None:
