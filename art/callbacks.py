@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
+from art._log import get_logger
 from art.usage import TokenUsage
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CALLBACK_NAMES", "AgentCallbacks", "CallbackAdapter"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CALLBACK_NAMES = (
     "on_agent_start",

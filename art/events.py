@@ -13,13 +13,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
 from pydantic import Field
 
+from art._log import get_logger
 from art._models import ArtModel
 from art.spans import SpanContext
 
-log = structlog.get_logger("art.events")
+log = get_logger("art.events")
 
 EVENT_NAMES: frozenset[str] = frozenset(
     {

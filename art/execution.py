@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from graphlib import CycleError
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
+from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
 from art.events import HookVeto
 from art.plans import Plan, Step
@@ -56,7 +55,7 @@ __all__ = [
     "step_dependencies",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Step statuses after which a step never runs again in this run.
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})

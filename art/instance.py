@@ -20,9 +20,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from pydantic import Field, ValidationError
 
+from art._log import get_logger
 from art._models import ArtModel
 from art._sync import Portal
 from art.config import ArtInstanceConfig, ExecutionConfig, ProcessOptions
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_message"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The event log kept in storage: the run's lifecycle and each step's outcome. Per-token
 # chunks, tool:before/after, tool:update start/end and in_progress statuses are left out

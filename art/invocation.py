@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-import structlog
 
+from art._log import get_logger
 from art.errors import ToolErrorCode
 from art.registry import build_validator, input_errors
 from art.serialization import safe_stringify, to_jsonable
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["invoke_tool"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _RESULT_KEYS = frozenset(
     {"call_id", "callId", "tool_name", "toolName", "output", "error", "metadata", "data", "result"}

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
+from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode
 from art.events import HookVeto
 from art.redaction import is_secret_key, redact, secrets_from_params
@@ -48,7 +47,7 @@ __all__ = [
     "supports_response_schema",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LLMPhase = Literal["planning", "step", "synthesis", "replan"]
 FlushReason = Literal["size", "time", "completion"]

@@ -1,7 +1,8 @@
 """Logging through structlog: readable in a terminal, JSON for machines, secrets always redacted.
 
-art's own modules log with `structlog.get_logger(__name__)` and never configure anything;
-the application decides by calling `configure_logging` once. Records from the standard
+art's own modules log through `art._log.get_logger` (structlog in front of the stdlib logger
+of the same name) and never configure anything: unconfigured, only warnings reach stderr.
+The application decides by calling `configure_logging` once. Records from the standard
 library's `logging` (litellm, httpx, ...) go through the same processors, so every line,
 whoever wrote it, is rendered the same way and passes the redaction processor.
 """

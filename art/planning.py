@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from pydantic import ValidationError
 
+from art._log import get_logger
 from art.config import Persona
 from art.errors import PlanError
 from art.plans import Plan, validate_plan
@@ -43,7 +43,7 @@ __all__ = [
     "repair_message",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PLAN_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",

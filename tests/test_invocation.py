@@ -1,13 +1,13 @@
 import asyncio
 import contextvars
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-import structlog
 
 import art.invocation
 from art.errors import ConfigurationError
@@ -140,11 +140,14 @@ async def test_output_is_normalized_to_json_data():
     assert result.metadata == {"tags": ["a"]}
 
 
-async def test_each_call_is_logged_at_debug_level():
-    with structlog.testing.capture_logs() as logs:
+async def test_each_call_is_logged_at_debug_level(caplog):
+    with caplog.at_level(logging.DEBUG, logger="art.invocation"):
         await invoke_tool(make_tool(ok), {"n": 1}, make_context())
-    (entry,) = [e for e in logs if e["event"] == "tool call"]
-    assert entry["log_level"] == "debug"
+    (record,) = [
+        r for r in caplog.records if isinstance(r.msg, dict) and r.msg["event"] == "tool call"
+    ]
+    entry = record.msg
+    assert record.levelno == logging.DEBUG
     assert entry["tool"] == "probe"
     assert entry["status"] == "success"
     assert entry["duration_ms"] >= 0

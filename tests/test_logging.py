@@ -143,3 +143,14 @@ def test_other_handlers_on_the_root_logger_never_see_a_key_from_structlog():
     logging.getLogger().addHandler(capture)
     structlog.get_logger("art.test").info("calling", api_key=KEY, note=f"key {KEY}")
     assert seen and all(KEY not in str(record.msg) for record in seen)
+
+
+def test_configure_logging_renders_the_records_of_art_modules():
+    from art._log import get_logger
+
+    stream = io.StringIO()
+    configure_logging(json=True, level="DEBUG", stream=stream)
+    get_logger("art.probe").debug("visible", step_id="s1")
+    (line,) = [entry for entry in _json_lines(stream.getvalue()) if entry["event"] == "visible"]
+    assert line["step_id"] == "s1"
+    assert line["level"] == "debug"
