@@ -281,18 +281,50 @@ def _close_all() -> None:
 # ---------------------------------------------------------------- request mapping
 
 
+_LOOSE_STRING_CHAR = r'char ::= [^"\\] '
+_JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
+
+
 @functools.lru_cache(maxsize=64)
 def _grammar_for(schema_json: str | None) -> Any:
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
+    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
 
     if schema_json is not None:
         try:
-            return LlamaGrammar.from_json_schema(schema_json, verbose=False)
+            rules = json_schema_to_gbnf(schema_json)
         except Exception as exc:  # llama.cpp's converter rejects some schema features
             log.warning(
                 "schema not convertible to a grammar; constraining to any JSON", error=str(exc)
             )
+        else:
+            # This converter lets strings hold raw newlines and control characters, which
+            # JSON forbids; a small model then writes prose inside a string until its token
+            # limit. Use the JSON grammar's string characters instead.
+            rules = rules.replace(_LOOSE_STRING_CHAR, _JSON_STRING_CHAR, 1)
+            return LlamaGrammar.from_string(rules, verbose=False)
     return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+
+
+# llama.cpp's converter spells a length bound out as nested optional rules, one per
+# character or item: a maxLength of 2000 makes a grammar of 2000 nested rules that slows every
+# token. Bounds above this are dropped from the grammar (the caller still validates).
+_GRAMMAR_MAX_BOUND = 100
+_BOUND_KEYWORDS = frozenset({"maxLength", "minLength", "maxItems", "minItems"})
+
+
+def _grammar_schema(schema: Any) -> Any:
+    """The schema without length bounds too large for a grammar."""
+    if isinstance(schema, dict):
+        return {
+            key: _grammar_schema(value)
+            for key, value in schema.items()
+            if not (
+                key in _BOUND_KEYWORDS and isinstance(value, int) and value > _GRAMMAR_MAX_BOUND
+            )
+        }
+    if isinstance(schema, list):
+        return [_grammar_schema(item) for item in schema]
+    return schema
 
 
 def _grammar(response_format: Any) -> Any:
@@ -308,7 +340,8 @@ def _grammar(response_format: Any) -> Any:
         schema = response_format.get("schema")  # llama-cpp-python's own form
     else:
         return None
-    return _grammar_for(None if schema is None else json.dumps(schema, sort_keys=True))
+    # Not sort_keys: the grammar writes properties in the schema's order.
+    return _grammar_for(None if schema is None else json.dumps(_grammar_schema(schema)))
 
 
 def _text(content: Any) -> str:

@@ -27,7 +27,10 @@ pytestmark = [
 HELLO = [{"role": "user", "content": "Say hello."}]
 CITY_SCHEMA = {
     "type": "object",
-    "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+    "properties": {
+        "city": {"type": "string", "maxLength": 40},
+        "country": {"type": "string", "maxLength": 40},
+    },
     "required": ["city", "country"],
     "additionalProperties": False,
 }
@@ -154,6 +157,25 @@ async def test_json_schema_output_parses_and_matches_the_schema(demo_model):
     )
     answer = json.loads(response.choices[0].message.content)
     jsonschema.validate(answer, CITY_SCHEMA)
+
+
+def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(demo_model):
+    schema = {
+        "type": "object",
+        "properties": {
+            "zebra": {"type": "string", "maxLength": 5000},
+            "apple": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        },
+        "required": ["zebra", "apple"],
+    }
+    rules = local._grammar({"type": "json_schema", "json_schema": {"schema": schema}})._grammar
+    root = next(line for line in rules.splitlines() if line.startswith("root ::="))
+    assert root.index("zebra") < root.index("apple")
+    assert local._JSON_STRING_CHAR in rules  # no raw newlines or control characters
+    zebra = next(line for line in rules.splitlines() if line.startswith("zebra-kv ::="))
+    assert zebra.endswith(" string")  # maxLength 5000 is not spelled out as 5000 rules
+    apple = next(line for line in rules.splitlines() if line.startswith("apple ::="))
+    assert apple.count('"," space string') == 2  # maxItems 3 is kept
 
 
 async def test_json_object_output_parses(demo_model):
