@@ -81,14 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.langgraph_side import langgraph_version
 
     lg_version = None if args.no_langgraph else langgraph_version()
+    reason = "skipped (--no-langgraph)" if args.no_langgraph else "langgraph not installed"
     if lg_version is None:
-        reason = "--no-langgraph" if args.no_langgraph else "langgraph is not installed"
         print(
             f"LangGraph column skipped ({reason}; pip install -e '.[bench]').",
             file=sys.stderr,
         )
     started = time.perf_counter()
-    figures = asyncio.run(run_groups(groups, settings, with_langgraph=lg_version is not None))
+    figures = asyncio.run(
+        run_groups(groups, settings, with_langgraph=lg_version is not None, skip_reason=reason)
+    )
     elapsed = time.perf_counter() - started
 
     import art

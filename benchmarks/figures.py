@@ -39,14 +39,17 @@ MS = 1e3
 class Context:
     """What every figure needs: settings, whether LangGraph runs, a scratch folder."""
 
-    def __init__(self, settings: Settings, scratch: Path, with_langgraph: bool) -> None:
+    def __init__(
+        self, settings: Settings, scratch: Path, with_langgraph: bool, skip_reason: str
+    ) -> None:
         self.settings = settings
         self.scratch = scratch
         self.with_langgraph = with_langgraph
+        self.skip_reason = skip_reason
         self.clock = art_side.LlmClock()
 
     def langgraph_note(self) -> str | None:
-        return None if self.with_langgraph else "langgraph not installed"
+        return None if self.with_langgraph else self.skip_reason
 
 
 # -- engine overhead per step -------------------------------------------------------------
@@ -442,29 +445,16 @@ GROUP_FUNCTIONS: dict[str, FigureFn] = {
 }
 
 
-def expected_keys(settings: Settings, with_langgraph: bool = True) -> set[str]:
-    """The figure keys a full run of every group produces (for the smoke test)."""
-    n = settings.overhead_steps
-    keys = {
-        f"overhead:{shape.name} / {kind}"
-        for kind in ("memory", "sqlite")
-        for shape in (chain(n), fan_out(n), random_dag(n))
-    }
-    shape = layers(settings.parallel_depth, settings.parallel_width)
-    for variant in ("async tools", "sync tools in threads"):
-        keys.add(f"parallel:{shape.name}, {variant}, {settings.parallel_sleep_s * MS:.0f} ms")
-    for size in settings.cost_plan_sizes:
-        keys.add(f"llm_cost:{size} tool step{'s' if size > 1 else ''}")
-    keys.add("memory:" + f"one {settings.memory_steps:,}-step plan (random DAG)")
-    keys.update({"startup:import art", "startup:art --help"})
-    return keys
-
-
-async def run_groups(groups: list[str], settings: Settings, with_langgraph: bool) -> list[Figure]:
+async def run_groups(
+    groups: list[str],
+    settings: Settings,
+    with_langgraph: bool,
+    skip_reason: str = "langgraph not installed",
+) -> list[Figure]:
     figures: list[Figure] = []
     art_side.quiet_logging()
     with tempfile.TemporaryDirectory(prefix="art-bench-") as scratch:
-        ctx = Context(settings, Path(scratch), with_langgraph)
+        ctx = Context(settings, Path(scratch), with_langgraph, skip_reason)
         for group in groups:
             print(f"measuring {group} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
@@ -492,4 +482,4 @@ async def run_groups(groups: list[str], settings: Settings, with_langgraph: bool
     return figures
 
 
-__all__ = ["GROUP_FUNCTIONS", "STEP_TOOL", "Context", "expected_keys", "run_groups"]
+__all__ = ["GROUP_FUNCTIONS", "STEP_TOOL", "Context", "run_groups"]
