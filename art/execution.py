@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from graphlib import CycleError
 from typing import TYPE_CHECKING, Any, Literal
@@ -260,6 +262,8 @@ class Executor:
         self._cancelling = False
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
+        # Blocking (`def`) tools run here, so max_concurrency of them can run at once.
+        self._thread_pool: ThreadPoolExecutor | None = None
         self._ready: deque[str] = deque()
         self._running = 0
         self._group: asyncio.TaskGroup | None = None
@@ -285,13 +289,18 @@ class Executor:
         await self._emit_run(
             "tool:loop:before", {"steps": len(self.plan.steps), "title": self.plan.title}
         )
-        while True:
-            await self._execute_plan()
-            if self._stop != "replan":
-                break
-            replanned = await self._replan()
-            if not replanned:
-                break
+        try:
+            while True:
+                await self._execute_plan()
+                if self._stop != "replan":
+                    break
+                replanned = await self._replan()
+                if not replanned:
+                    break
+        finally:
+            if self._thread_pool is not None:
+                # Threads of tools that ignored cancellation finish on their own.
+                self._thread_pool.shutdown(wait=False, cancel_futures=True)
         outcome = self._outcome()
         await self._emit_run(
             "tool:loop:after",
@@ -306,6 +315,16 @@ class Executor:
         )
         log.debug("plan executed", run_id=run.run_id, status=outcome.status)
         return outcome
+
+    def _blocking_pool(self, tool: Any) -> ThreadPoolExecutor | None:
+        """The run's pool for plain `def` tools (threads start on demand), or None."""
+        if inspect.iscoroutinefunction(getattr(tool, "execute", None)):
+            return None
+        if self._thread_pool is None:
+            self._thread_pool = ThreadPoolExecutor(
+                max_workers=self._config.max_concurrency, thread_name_prefix="art-tool"
+            )
+        return self._thread_pool
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run: no new steps, running ones cancelled (their tools see it)."""
@@ -525,7 +544,12 @@ class Executor:
         started = time.perf_counter()
         try:
             result = await invoke_tool(
-                tool, args, context, timeout_s=self._config.step_timeout_s, registry=self.registry
+                tool,
+                args,
+                context,
+                timeout_s=self._config.step_timeout_s,
+                registry=self.registry,
+                thread_pool=self._blocking_pool(tool),
             )
         finally:
             self._tokens.pop(step.id, None)

@@ -22,10 +22,13 @@ Contract decisions (docs/tools.md explains them to tool authors):
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -61,8 +64,12 @@ async def invoke_tool(
     *,
     timeout_s: float | None = None,
     registry: ToolRegistry | None = None,
+    thread_pool: Executor | None = None,
 ) -> ToolResult:
     """Run one tool call and return its ToolResult; never raises (except cancellation).
+
+    A plain `def` tool runs on `thread_pool` (default: the loop's default executor,
+    whose few threads would cap how many blocking tools run at once).
 
     `registry` supplies the tool's cached input validator when the tool is registered
     there; otherwise the validator is built for this call. On timeout, and when the
@@ -72,7 +79,7 @@ async def invoke_tool(
     name = _tool_name(tool)
     started = time.perf_counter()
     try:
-        result = await _invoke(tool, name, args, context, timeout_s, registry)
+        result = await _invoke(tool, name, args, context, timeout_s, registry, thread_pool)
     except asyncio.CancelledError:
         context.cancellation.cancel("cancelled")
         log.debug("tool call cancelled", tool=name, call_id=context.call_id)
@@ -106,6 +113,7 @@ async def _invoke(
     context: ExecutionContext,
     timeout_s: float | None,
     registry: ToolRegistry | None,
+    thread_pool: Executor | None,
 ) -> ToolResult:
     schema = getattr(tool, "schema", None)
     if not isinstance(schema, ToolSchema):
@@ -139,7 +147,7 @@ async def _invoke(
     deadline = asyncio.timeout(timeout_s)
     try:
         async with deadline:
-            raw = await _execute(tool, dict(args), context)
+            raw = await _execute(tool, dict(args), context, thread_pool)
     except TimeoutError as exc:
         if not deadline.expired():  # the tool raised TimeoutError itself
             return _from_exception(tool, name, context, exc)
@@ -186,13 +194,19 @@ def _input_problems(
         return None
 
 
-async def _execute(tool: IToolExecutor, args: dict[str, Any], context: ExecutionContext) -> Any:
+async def _execute(
+    tool: IToolExecutor,
+    args: dict[str, Any],
+    context: ExecutionContext,
+    thread_pool: Executor | None = None,
+) -> Any:
     execute = tool.execute
     if inspect.iscoroutinefunction(execute):
         raw = await execute(args, context)
     else:
-        # to_thread copies the caller's contextvars into the worker thread.
-        raw = await asyncio.to_thread(execute, args, context)
+        # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
+        call = functools.partial(contextvars.copy_context().run, execute, args, context)
+        raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
     while inspect.isawaitable(raw):  # a plain `def` that returned a coroutine
         raw = await raw
     return raw

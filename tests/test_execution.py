@@ -161,6 +161,29 @@ async def test_independent_steps_run_at_the_same_time():
     assert outcome.outputs == {"s1": "a", "s2": "b"}
 
 
+class BlockingMeet(art.IToolExecutor):
+    """A plain `def` tool that returns only once every copy of it is running at once."""
+
+    schema = art.ToolSchema(name="blocking_meet", description="wait for all peers")
+
+    def __init__(self, peers: int) -> None:
+        self.barrier = threading.Barrier(peers, timeout=GUARD_S)
+
+    def execute(self, input: dict, context: art.ExecutionContext) -> art.ToolResult:
+        self.barrier.wait()  # raises BrokenBarrierError unless all peers run concurrently
+        return ok(context, "blocking_meet", "met")
+
+
+async def test_blocking_tools_run_up_to_max_concurrency_at_once_not_the_default_pool_size():
+    # The loop's default executor has min(32, cpus + 4) threads: 6 on two cores.
+    width = 24
+    plan = plan_of(*(step(f"s{i}", "blocking_meet") for i in range(width)))
+    ex = executor(plan, [BlockingMeet(width)], config={"max_concurrency": width})
+    outcome = await run_guarded(ex)
+    assert outcome.status == "completed"
+    assert set(outcome.outputs.values()) == {"met"}
+
+
 async def test_a_step_starts_when_its_last_dependency_finishes_not_in_waves():
     # s2 (slow) can only finish after s3 started; s3 depends on s1 only.
     s3_started = asyncio.Event()
