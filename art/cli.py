@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import json
 import os
 import sys
@@ -194,7 +193,7 @@ def plan(
     out = Output(json=json_output)
 
     async def make_plan() -> int:
-        async with _instance(model, storage, tools) as inst:
+        async with _build_instance(model, storage, tools) as inst:
             result = await inst.aplan(query, thread)
         if json_output:
             out.emit_json(result.to_wire())
@@ -233,7 +232,7 @@ def resume(
     decision = {"approved": approve, "reason": reason}
 
     async def do_resume() -> int:
-        async with _instance(model, storage, tools) as inst:
+        async with _build_instance(model, storage, tools) as inst:
             view = RunView(thread_id=thread_id)
             await _seed_view(inst, view, thread_id)
             response = await _live(
@@ -327,17 +326,10 @@ async def _run(
     storage: str | None,
     tools: list[str] | None,
 ) -> int:
-    async with _instance(model, storage, tools) as inst:
+    async with _build_instance(model, storage, tools) as inst:
         view = RunView(thread_id=thread_id, query=query)
-        response = await _live(out, view, _stream_events(inst, query, thread_id, view))
+        response = await _live(out, view, inst.stream(query, thread_id))
         return await _finish(out, inst, view, response, storage)
-
-
-async def _stream_events(
-    inst: ArtInstance, query: str, thread_id: str, view: RunView
-) -> AsyncIterator[Event]:
-    async for event in inst.stream(query, thread_id):
-        yield event
 
 
 async def _resume_events(
@@ -397,7 +389,7 @@ async def _finish(
 ) -> int:
     """Print the outcome; in a terminal, ask about suspensions and resume until done."""
     while response.status == "suspended" and not out.json and _interactive():
-        pending = await _pending_suspensions(inst, view.thread_id, response)
+        pending = await _pending_suspensions(inst, view.thread_id)
         if not pending:
             break
         suspension = pending[0]
@@ -414,14 +406,14 @@ async def _finish(
         if response.status == "suspended":
             document["resume"] = [
                 _resume_command(view.thread_id, s["suspension_id"], storage)
-                for s in await _pending_suspensions(inst, view.thread_id, response)
+                for s in await _pending_suspensions(inst, view.thread_id)
             ]
         out.emit_json(document)
         return _exit_code(response)
 
     console = out.console
     if response.status == "suspended":
-        pending = await _pending_suspensions(inst, view.thread_id, response)
+        pending = await _pending_suspensions(inst, view.thread_id)
         console.print()
         for s in pending:
             console.print(
@@ -438,7 +430,14 @@ async def _finish(
         console.print(summary_line(response, view.thread_id))
         return EXIT_SUSPENDED
 
-    if response.content:
+    if response.status == "error" and response.metadata.error is not None:
+        # The response's content only restates the error: print the error once.
+        err = response.metadata.error
+        out.errors.print(f"[red bold]error[/] [red]{err.code}[/]: {_escape(err.message)}")
+        for problem in err.problems:
+            if problem not in err.message:
+                out.errors.print(f"  • {_escape(problem)}")
+    elif response.content:
         from rich.markdown import Markdown
 
         console.print()
@@ -446,11 +445,6 @@ async def _finish(
         console.print()
     for item in response.display:
         console.print(display_panel(item.tool_name, item.step_id, item.output))
-    if response.status == "error" and response.metadata.error is not None:
-        err = response.metadata.error
-        out.errors.print(f"[red bold]error[/] [red]{err.code}[/]: {_escape(err.message)}")
-        for problem in err.problems:
-            out.errors.print(f"  • {_escape(problem)}")
     console.print(summary_line(response, view.thread_id))
     return _exit_code(response)
 
@@ -483,67 +477,27 @@ def _ask_decision(out: Output, suspension: dict[str, Any]) -> dict[str, Any]:
     return {"approved": approved, "reason": reason or None}
 
 
-async def _pending_suspensions(
-    inst: ArtInstance, thread_id: str, response: AgentFinalResponse
-) -> list[dict[str, Any]]:
-    """Pending suspensions as dicts (suspension_id, step_id, tool, args, prompt)."""
-    info = await _maybe_await(inst.check_for_suspended_state(thread_id))
-    found: list[dict[str, Any]] = []
-    for item in _suspension_items(info):
-        data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-        found.append(
-            {
-                "suspension_id": data.get("suspension_id"),
-                "step_id": data.get("step_id") or "?",
-                "tool": data.get("tool_name") or data.get("tool") or "?",
-                "args": data.get("args") or {},
-                "prompt": data.get("prompt"),
-            }
-        )
-    if found:
-        return found
-    ids = response.metadata.suspension_ids or (
-        [response.metadata.suspension_id] if response.metadata.suspension_id else []
-    )
-    waiting = [s for s in response.steps if s.status == "waiting"]
-    for sid in ids:
-        step = next(
-            (s for s in waiting if s.result and s.result.metadata.get("suspension_id") == sid),
-            None,
-        )
-        found.append(
-            {
-                "suspension_id": sid,
-                "step_id": step.step_id if step else "?",
-                "tool": (step.tool if step else None) or "?",
-                "args": (step.args if step else None) or {},
-                "prompt": step.output if step else None,
-            }
-        )
-    return found
-
-
-def _suspension_items(info: Any) -> list[Any]:
-    if info is None:
+async def _pending_suspensions(inst: ArtInstance, thread_id: str) -> list[dict[str, Any]]:
+    """The run's pending suspensions as dicts (suspension_id, step_id, tool, args, prompt)."""
+    state = await inst.acheck_for_suspended_state(thread_id)
+    if state is None:
         return []
-    for name in ("suspensions", "pending"):
-        value = getattr(info, name, None)
-        if value is None and isinstance(info, dict):
-            value = info.get(name)
-        if value is not None:
-            return list(value)
-    if isinstance(info, list | tuple):
-        return list(info)
-    return [info]
+    return [
+        {
+            "suspension_id": s.suspension_id,
+            "step_id": s.step_id,
+            "tool": s.tool_name,
+            "args": s.args,
+            "prompt": s.prompt,
+        }
+        for s in state.suspensions
+    ]
 
 
 async def _seed_view(inst: ArtInstance, view: RunView, thread_id: str) -> None:
     """Show the suspended run's plan and finished steps before resuming it."""
-    state = await _maybe_await(inst.get_state(thread_id))
-    run = getattr(state, "active_run", None) or getattr(state, "run", None)
-    if run is None and hasattr(state, "runs") and state.runs:
-        run = state.runs[-1]
-    if run is None or getattr(run, "plan", None) is None:
+    run = (await inst.aget_state(thread_id)).active_run
+    if run is None or run.plan is None:
         return
     view.query = run.query
     view.set_plan(run.plan.to_wire())
@@ -557,10 +511,6 @@ async def _seed_view(inst: ArtInstance, view: RunView, thread_id: str) -> None:
         )
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
 def _resume_command(thread_id: str, suspension_id: str, storage: str | None) -> str:
     command = f"art resume {thread_id} {suspension_id} --approve"
     if storage and not storage.startswith("memory:"):
@@ -569,28 +519,16 @@ def _resume_command(thread_id: str, suspension_id: str, storage: str | None) -> 
 
 
 # -- building the instance --------------------------------------------------------------
-class _instance:
-    """`async with _instance(model, storage, tools) as inst`: build, then close."""
+def _build_instance(model: str | None, storage: str | None, tools: list[str] | None) -> ArtInstance:
+    """The instance a command runs on (an async context manager: closed after use)."""
+    import art
 
-    def __init__(self, model: str | None, storage: str | None, tools: list[str] | None) -> None:
-        self.model, self.storage, self.tools = model, storage, tools
-        self.inst: ArtInstance | None = None
-
-    async def __aenter__(self) -> ArtInstance:
-        import art
-
-        tool_list = load_tools(self.tools) if self.tools else _builtin_tools()
-        fields: dict[str, Any] = {"tools": tool_list}
-        if self.model:
-            fields["model"] = self.model
-        if self.storage:
-            fields["storage"] = self.storage
-        self.inst = art.create_art_instance(**fields)
-        return self.inst
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.inst is not None:
-            await _maybe_await(self.inst.close())
+    fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
+    if model:
+        fields["model"] = model
+    if storage:
+        fields["storage"] = storage
+    return art.create_art_instance(**fields)
 
 
 class _storage:
@@ -862,9 +800,7 @@ class RunView:
 
         parts: list[RenderableType] = []
         if self.plan is None:
-            if self.finished:
-                parts.append(Text("(no plan)", style="dim"))
-            else:
+            if not self.finished:
                 if self._spinner is None:
                     self._spinner = Spinner("dots", text=Text("Planning…", style="bold"))
                 parts.append(self._spinner)
