@@ -7,6 +7,10 @@
 #                                     and delete its cluster
 #   .ci/postgres.sh install           only install the Debian packages if initdb is missing
 #
+# ART_PG_OWNER=<pid> (the test session sets it to its own pid) ties the server to a process:
+# a later `start` stops and removes servers whose owner has died without stopping them (a
+# test run killed by a timeout, say).
+#
 # PostgreSQL refuses to run as root: as root, the cluster belongs to the `postgres` system
 # user (created by the Debian package) and every server command runs through runuser.
 # Authentication is `trust` on 127.0.0.1 only: the server is for tests, never for data.
@@ -48,8 +52,21 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+reap_orphans() {
+    local owner_file owner
+    for owner_file in "${TMPDIR:-/tmp}"/art-pg.*/owner; do
+        [[ -f "$owner_file" ]] || continue
+        owner="$(cat "$owner_file")"
+        if [[ -n "$owner" ]] && ! kill -0 "$owner" 2>/dev/null; then
+            log "stopping a server whose owner ($owner) is gone: $(dirname "$owner_file")"
+            stop "$(dirname "$owner_file")"
+        fi
+    done
+}
+
 start() {
     install
+    reap_orphans
     local bindir dir port
     bindir="$(find_bindir)"
     dir="$(mktemp -d "${TMPDIR:-/tmp}/art-pg.XXXXXX")"
@@ -58,6 +75,7 @@ start() {
         chown postgres "$dir"
     fi
     chmod 700 "$dir"
+    if [[ -n "${ART_PG_OWNER:-}" ]]; then echo "$ART_PG_OWNER" >"$dir/owner"; fi
     port="$(free_port)"
     as_pg "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust --encoding=UTF8 \
         --no-locale >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }

@@ -45,7 +45,11 @@ def postgres_server() -> Iterator[str]:
     if not _postgres_binaries_present():
         _no_postgres("no ART_TEST_POSTGRES_URL and no PostgreSQL binaries (.ci/postgres.sh)")
     started = subprocess.run(
-        [str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=120
+        [str(POSTGRES_SCRIPT), "start"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "ART_PG_OWNER": str(os.getpid())},  # reaped if we die
     )
     if started.returncode != 0:
         _no_postgres(f".ci/postgres.sh start failed:\n{started.stderr}")
@@ -60,7 +64,7 @@ def postgres_server() -> Iterator[str]:
         subprocess.run(
             [str(POSTGRES_SCRIPT), "stop", exported["ART_TEST_POSTGRES_DIR"]],
             capture_output=True,
-            timeout=60,
+            timeout=300,
         )
 
 
