@@ -248,6 +248,10 @@ class RunEvents:
     def wants(self, name: str) -> bool:
         return bool(self.sinks) or name in self.logged or self.bus.wants(name)
 
+    def listened(self, name: str) -> bool:
+        """Whether a hook, subscriber or sink would see `name` (the log aside)."""
+        return bool(self.sinks) or self.bus.wants(name)
+
     async def emit(
         self,
         name: str,

@@ -264,6 +264,7 @@ class Executor:
         self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
         # Blocking (`def`) tools run here, so max_concurrency of them can run at once.
         self._thread_pool: ThreadPoolExecutor | None = None
+        self._async_tools: dict[str, bool] = {}
         self._ready: deque[str] = deque()
         self._running = 0
         self._group: asyncio.TaskGroup | None = None
@@ -318,7 +319,13 @@ class Executor:
 
     def _blocking_pool(self, tool: Any) -> ThreadPoolExecutor | None:
         """The run's pool for plain `def` tools (threads start on demand), or None."""
-        if inspect.iscoroutinefunction(getattr(tool, "execute", None)):
+        name = tool.schema.name
+        is_async = self._async_tools.get(name)
+        if is_async is None:
+            is_async = self._async_tools[name] = inspect.iscoroutinefunction(
+                getattr(tool, "execute", None)
+            )
+        if is_async:
             return None
         if self._thread_pool is None:
             self._thread_pool = ThreadPoolExecutor(
@@ -821,7 +828,12 @@ class Executor:
             await self._persist(record)
 
     async def _emit_status(self, record: StepRecord, span: SpanContext) -> None:
-        if not self._events.wants("step:status"):
+        events = self._events
+        # `in_progress` is never stored in the run's event log: emit it only when a hook,
+        # subscriber or stream is there to see it.
+        live = getattr(events, "listened", None)
+        wanted = live if record.status == "in_progress" and live is not None else events.wants
+        if not wanted("step:status"):
             return
         data: dict[str, Any] = {
             "step_id": record.step_id,
