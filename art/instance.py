@@ -657,6 +657,11 @@ class _Session:
                 )
             try:
                 response = await self._phases()
+            except asyncio.CancelledError:
+                # Left as a crash leaves it (the same query continues it); keep the log.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._flush_events())
+                raise
             except Exception as exc:
                 log.exception("run failed inside the engine", run_id=run.run_id)
                 error = RunError(

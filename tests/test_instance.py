@@ -597,3 +597,40 @@ def test_cancel_from_another_thread_stops_a_sync_run(scripted_model):
     assert response.metadata.error.code == "CANCELLED"
     assert seen == [True]  # the sync tool saw the signal
     assert [s.status for s in response.steps] == ["cancelled", "pending"]
+
+
+async def test_a_cancelled_aprocess_is_left_for_the_same_query_to_continue(scripted_model, make):
+    started = asyncio.Event()
+    hang = {"on": True}
+
+    class Maybe(art.IToolExecutor):
+        schema = art.ToolSchema(name="maybe", description="hangs the first time")
+
+        async def execute(self, input, context):
+            started.set()
+            if hang["on"]:
+                await asyncio.Event().wait()
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="maybe", status="success", output="done"
+            )
+
+    model = scripted_model(planning={"steps": [{"id": "s1", "tool": "maybe"}]}, synthesis="ok")
+    inst = make([Maybe()], model=model)
+    task = asyncio.create_task(inst.aprocess("go", "t"))
+    async with asyncio.timeout(GUARD_S):
+        await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    state = await inst.aget_state("t")
+    assert state.active_run.status == "running"
+    assert state.active_run.steps["s1"].status == "in_progress"
+    stored = [e.name for e in await inst.storage.query_events("t")]
+    assert stored[0] == "session:start" and "plan:created" in stored  # the log was kept
+
+    hang["on"] = False
+    response = await inst.aprocess("go", "t")
+    assert response.status == "success"
+    assert response.metadata.run_id == state.active_run.run_id
+    assert response.steps[0].attempts == 2
+    assert [c.phase for c in model.calls] == ["planning", "synthesis"]
