@@ -196,6 +196,7 @@ class ArtInstance:
         )
         self._opened = False
         self._providers_ready = False
+        self._llm: LLMClient | None = None
         self._portal_lock = threading.Lock()
         self._portal: Portal | None = None
         self._active: dict[str, _Session] = {}
@@ -273,7 +274,6 @@ class ArtInstance:
         history = (
             await self.storage.get_history(thread_id, limit=_HISTORY_LIMIT) if thread_id else []
         )
-        from art.llm import LLMClient
 
         run = RunContext(
             thread_id=thread_id or f"plan-{uuid.uuid4().hex[:12]}",
@@ -282,8 +282,7 @@ class ArtInstance:
             config=self.config.execution_config,
             events=RunEvents(self.events),  # type: ignore[arg-type]
         )
-        llm = LLMClient(self.config.llm_params)
-        return await self._planner(llm).plan(run, query, history)
+        return await self._planner(self._llm_client(None)).plan(run, query, history)
 
     def plan(self, query: str, thread_id: str | None = None) -> Plan:
         """Sync `aplan`."""
@@ -448,6 +447,16 @@ class ArtInstance:
                 import art.adapters.local  # noqa: F401 - registers the provider with litellm
             self._providers_ready = True
 
+    def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
+        """The LLM client for a call: the instance's, or one with per-call llm_params."""
+        from art.llm import LLMClient
+
+        if overrides:
+            return LLMClient({**self.config.llm_params, **overrides})
+        if self._llm is None:  # built once: it scans the environment for keys to mask
+            self._llm = LLMClient(self.config.llm_params)
+        return self._llm
+
     def _planner(self, llm: LLMClient) -> Any:
         from art.planning import Planner
 
@@ -608,14 +617,13 @@ class _Session:
         sinks: Sequence[Callable[[Event], None]],
         started: float,
     ) -> None:
-        from art.llm import LLMClient
 
         self.inst = inst
         self.storage = inst.storage
         self.record = record
         self.started = started
         self.events = RunEvents(inst.events, sinks=sinks, logged=LOGGED_EVENTS, keep=_logged)
-        self.llm = LLMClient({**inst.config.llm_params, **(opts.llm_params or {})})
+        self.llm = inst._llm_client(opts.llm_params)
         stats = RunStats(
             llm_calls=record.llm_calls,
             tool_calls=record.tool_calls,
