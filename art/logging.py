@@ -47,19 +47,30 @@ class _ArtHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler configure_logging installed, so calling it again replaces it."""
 
 
+class _StderrHandler(_ArtHandler):
+    """Writes to whatever `sys.stderr` is at the time (test runners and CLIs swap it)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr
+
+
 def configure_logging(
     json: bool | None = None,
     level: str | int = "INFO",
     *,
     stream: TextIO | None = None,
 ) -> None:
-    """Send art's logs (and the standard library's) to `stream` (default: stderr).
+    """Send art's logs (and the standard library's) to `stream` (default: `sys.stderr`,
+    whatever it is when a line is written).
 
     `json=None` reads `ART_LOG_JSON` (1/true/yes): JSON lines when set, otherwise the
     human-readable console format (coloured when `stream` is a terminal and `NO_COLOR`
     is unset). Calling it again replaces the previous configuration.
     """
-    stream = stream if stream is not None else sys.stderr
     as_json = _json_from_env() if json is None else json
     level_number = _level_number(level)
 
@@ -75,7 +86,7 @@ def configure_logging(
     if as_json:
         renderer = structlog.processors.JSONRenderer()
     else:
-        colors = _is_terminal(stream) and "NO_COLOR" not in os.environ
+        colors = _is_terminal(stream or sys.stderr) and "NO_COLOR" not in os.environ
         renderer = structlog.dev.ConsoleRenderer(
             colors=colors, exception_formatter=structlog.dev.plain_traceback
         )
@@ -94,7 +105,7 @@ def configure_logging(
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, _ArtHandler)]:
         root.removeHandler(handler)
-    handler = _ArtHandler(stream)
+    handler = _ArtHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(level_number)

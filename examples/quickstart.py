@@ -91,6 +91,12 @@ def main(argv: list[str]) -> int:
     print(resp.content)
     print()
     print(summary(resp))
+    if resp.status == "error" and model.startswith("local/"):
+        print(
+            "\nnote: a 135M-parameter model often fails to write a valid plan; a larger GGUF "
+            "model (docs/local-models.md), a hosted one (ART_MODEL=...), or --scripted "
+            "shows the full flow."
+        )
     return 0 if resp.status in ("success", "partial") else 1
 
 

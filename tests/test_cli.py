@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import structlog
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -54,6 +56,17 @@ APPROVAL_PLAN = {
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Every command configures logging (WARNING to stderr); undo it after each test."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
 
 
 @pytest.fixture
@@ -158,8 +171,11 @@ def test_planning_failure_is_one_readable_line_with_the_code(invoke, scripted_mo
     model = scripted_model(planning="I cannot make a plan, sorry.")
     result = invoke("run", "q", "--model", model.model, "--storage", "memory://")
     assert result.exit_code == EXIT_ERROR
-    assert "error PLAN_INVALID:" in result.output
+    assert "error PLAN_INVALID: no valid plan after 3 attempts" in result.output
+    assert result.output.count("PLAN_INVALID") == 1  # said once, not restated
+    assert "found no JSON at all" in result.output  # the planner's problem is shown
     assert "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1].startswith("error  3 LLM calls")
 
     json_result = invoke("run", "q", "--model", model.model, "--storage", "memory://", "--json")
     assert json_result.exit_code == EXIT_ERROR

@@ -61,12 +61,29 @@ def test_quickstart_scripted(tmp_path):
 @pytest.mark.local_model
 @pytest.mark.slow
 def test_quickstart_as_written_uses_the_local_demo_model(tmp_path):
-    out = _ok(run_example("quickstart.py", cwd=tmp_path, timeout=900))
+    """The real thing: the 135M demo model plans and answers in-process, no key, no server.
+
+    Whether so small a model writes a valid plan is the local model's quality (measured by
+    benchmarks/local_model_quality.py); this checks the script runs it end to end and
+    reports honestly: the model, the answer (or the error), the summary, the exit code.
+    """
+    done = run_example("quickstart.py", cwd=tmp_path, timeout=900)
+    assert "Traceback" not in done.stderr, done.stderr
+    out = done.stdout
     assert "model: local/smollm2" in out
-    assert "note:" not in out
-    lines = out.strip().splitlines()
-    assert re.match(r"^success · \d+ LLM calls · \d+ tool calls · .* s$", lines[-1]), out
-    assert lines[-3].strip(), "the answer line is empty"
+    assert "scripted" not in out
+    summary = re.search(
+        r"^(success|partial|error) · (\d+) LLM calls · \d+ tool calls · [\d,]+ tokens · "
+        r"(?:cost n/a|\$[\d.]+) · [\d.]+ s$",
+        out,
+        re.MULTILINE,
+    )
+    assert summary, out
+    status, llm_calls = summary.group(1), int(summary.group(2))
+    assert llm_calls >= 1
+    assert done.returncode == (0 if status in ("success", "partial") else 1)
+    if status == "error":
+        assert "The run failed (" in out and "a larger GGUF" in out
 
 
 @pytest.mark.skipif(local.available(), reason="the demo model is installed (test above)")

@@ -155,3 +155,11 @@ def test_configure_logging_renders_the_records_of_art_modules():
     (line,) = [entry for entry in _json_lines(stream.getvalue()) if entry["event"] == "visible"]
     assert line["step_id"] == "s1"
     assert line["level"] == "debug"
+
+
+def test_default_stream_follows_sys_stderr(monkeypatch):
+    configure_logging(json=True)
+    swapped = io.StringIO()
+    monkeypatch.setattr("sys.stderr", swapped)
+    structlog.get_logger("art.test").warning("to the current stderr")
+    assert _json_lines(swapped.getvalue())[0]["event"] == "to the current stderr"
