@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 from typing import Any
 
 import litellm
 import pytest
+import structlog
 
 import art
 from art.errors import ConfigurationError
@@ -297,6 +299,8 @@ async def test_api_keys_never_appear_in_responses_events_logs_or_storage(scripte
 
     model = scripted_model(planning=ADD_PLAN, synthesis=leaky)
     logs = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     configure_logging(json=True, level="DEBUG", stream=logs)
     try:
         inst = make([Add()], model=model, llm_params={"api_key": key, "temperature": 0})
@@ -306,13 +310,8 @@ async def test_api_keys_never_appear_in_responses_events_logs_or_storage(scripte
         state = await inst.aget_state("t")
         stored = await inst.storage.query_events("t")
     finally:
-        import logging
-
-        import structlog
-
-        for handler in list(logging.getLogger().handlers):
-            if type(handler).__name__ == "_ArtHandler":
-                logging.getLogger().removeHandler(handler)
+        root.handlers[:] = handlers
+        root.setLevel(level)
         structlog.reset_defaults()
     assert response.status == "error"
     assert response.metadata.error.code == "AUTHENTICATION_ERROR"
