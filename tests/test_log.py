@@ -18,4 +18,3 @@ def test_unconfigured_art_logs_only_warnings_to_stderr_with_secrets_masked():
     assert "quiet" not in out.stderr
     assert "loud warning" in out.stderr
     assert "sk-live-1234567890abcdef" not in out.stderr
-
