@@ -71,7 +71,7 @@ def test_quickstart_as_written_uses_the_local_demo_model(tmp_path):
     assert "Traceback" not in done.stderr, done.stderr
     out = done.stdout
     assert "model: local/smollm2" in out
-    assert "scripted" not in out
+    assert "scripted test model" not in out  # the real model, not the fallback
     summary = re.search(
         r"^(success|partial|error) · (\d+) LLM calls · \d+ tool calls · [\d,]+ tokens · "
         r"(?:cost n/a|\$[\d.]+) · [\d.]+ s$",
