@@ -227,7 +227,67 @@ async def test_abandoned_stream_releases_the_model(demo_model):
     assert response.choices[0].message.content
 
 
+async def test_recent_prompt_states_are_cached_for_prefix_reuse(demo_model):
+    other = [{"role": "user", "content": "Name a colour."}]
+    await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy(max_tokens=2))
+    await litellm.acompletion(model=demo_model, messages=other, **_greedy(max_tokens=2))
+    cache = local._models[local.demo_model_path().resolve()].llama.cache
+    assert cache is not None
+    assert len(cache.cache_state) >= 2  # both prompts can be resumed, not only the last
+
+
+def test_env_knobs_are_validated(monkeypatch):
+    monkeypatch.setenv(local.CACHE_ENV, "0")
+    assert local._env_int(local.CACHE_ENV, local.DEFAULT_CACHE_MB, minimum=0) == 0
+    monkeypatch.setenv(local.THREADS_ENV, "two")
+    with pytest.raises(ValueError, match="ART_LOCAL_THREADS"):
+        local._env_int(local.THREADS_ENV, local.DEFAULT_THREADS)
+
+
 async def test_prompt_longer_than_the_context_is_a_context_window_error(demo_model):
     too_long = [{"role": "user", "content": "word " * (local.DEFAULT_CONTEXT + 100)}]
     with pytest.raises(litellm.ContextWindowExceededError, match=local.CONTEXT_ENV):
         await litellm.acompletion(model=demo_model, messages=too_long, max_tokens=2)
+
+
+# ---------------------------------------------------------------- one real run
+
+# The 135M demo model copies the planning prompt's example plan (its tool `get_price`) or
+# answers with no steps: with art/planning.py's plan schema, which constrains the JSON
+# shape but not the tool names or their args, it never writes a calculator step (0 of 20
+# benchmark questions). With a plan schema that allows only the registered tools, each with
+# its own input schema, this test passes (see docs/local-models.md). strict=True: once the
+# planner constrains tool names, this mark fails the test until it is removed.
+PLANNER_WRITES_NO_TOOL_STEPS = pytest.mark.xfail(
+    strict=True,
+    reason="the plan schema does not constrain tool names; the demo model writes no tool step",
+)
+
+
+@PLANNER_WRITES_NO_TOOL_STEPS
+async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_model):
+    import art
+    from art.tools import Calculator
+
+    instance = art.create_art_instance(
+        model=demo_model,
+        tools=[Calculator()],
+        storage="memory://",
+        # Greedy decoding: the same build gives the same plan every run.
+        llm_params={"temperature": 0, "seed": 0, "max_tokens": 192},
+    )
+    async with instance:
+        response = await instance.aprocess(
+            "Compute 17 * 23, then add 12 to the result.", "local-e2e"
+        )
+
+    assert response.metadata.status == "success", response.metadata.error
+    assert response.plan is not None and response.plan.steps
+    calculator_steps = [s for s in response.steps if s.tool == "calculator"]
+    assert calculator_steps, f"no calculator step in {response.plan}"
+    assert all(s.status == "completed" for s in calculator_steps)
+    assert all(s.result is not None and s.result.status == "success" for s in calculator_steps)
+    assert isinstance(calculator_steps[0].result.output, int | float)
+    assert response.metadata.tool_calls >= 1
+    assert response.metadata.llm_calls >= 2
+    assert response.content.strip()
