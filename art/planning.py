@@ -31,13 +31,16 @@ if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient, LLMPhase
     from art.responses import ConversationMessage, StepRecord
+    from art.tooling import ToolExample, ToolSchema
 
 __all__ = [
     "PLAN_JSON_SCHEMA",
-    "PLAN_RESPONSE_FORMAT",
     "Planner",
     "extract_plan_data",
     "parse_plan",
+    "plan_json_schema",
+    "plan_response_format",
+    "render_demonstrations",
     "render_planning_messages",
     "render_replan_messages",
     "repair_message",
@@ -45,32 +48,117 @@ __all__ = [
 
 log = get_logger(__name__)
 
+# Labels are short; the bound also stops a small model from writing prose into one.
+_LABEL_CHARS = 80
+
+
+def _label() -> dict[str, Any]:
+    return {"type": "string", "maxLength": _LABEL_CHARS}
+
+
 PLAN_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "intent": {"type": "string"},
-        "title": {"type": "string"},
+        "intent": _label(),
+        "title": _label(),
         "steps": {
             "type": "array",
             "items": {
                 "type": "object",
                 "properties": {
                     "id": {"type": "string"},
-                    "description": {"type": "string"},
+                    "description": _label(),
                     "tool": {"type": ["string", "null"]},
                     "args": {"type": "object"},
                     "dependsOn": {"type": "array", "items": {"type": "string"}},
                 },
-                "required": ["id", "tool", "args", "dependsOn"],
+                "required": ["id", "description", "tool", "args", "dependsOn"],
             },
         },
     },
     "required": ["intent", "title", "steps"],
 }
-PLAN_RESPONSE_FORMAT: dict[str, Any] = {
-    "type": "json_schema",
-    "json_schema": {"name": "plan", "schema": PLAN_JSON_SCHEMA, "strict": False},
-}
+
+
+def _argument_value_schema(schema: Any) -> dict[str, Any]:
+    """What a constrained decoder may write for one argument.
+
+    Only plain strings keep their type: any other value may be a "{{s1.output}}"
+    reference, which is a string, and a nested schema may hold `$ref`s that mean
+    nothing outside the tool's own schema. The plan validator checks the real types.
+    """
+    if isinstance(schema, Mapping) and schema.get("type") == "string" and "enum" not in schema:
+        return {"type": "string"}
+    return {}
+
+
+def _arguments_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The argument names a tool declares; any names when it explicitly allows more."""
+    properties = input_schema.get("properties")
+    if not isinstance(properties, Mapping) or input_schema.get("additionalProperties") not in (
+        None,
+        False,
+    ):
+        return {"type": "object"}
+    required = [name for name in input_schema.get("required", ()) if name in properties]
+    return {
+        "type": "object",
+        "properties": {name: _argument_value_schema(sub) for name, sub in properties.items()},
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _step_schema(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    # Every key required, in this order: constrained decoders write required keys first,
+    # so an optional description would come after the arguments, where small models ramble.
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "description": _label(),
+            "tool": tool,
+            "args": args,
+            "dependsOn": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["id", "description", "tool", "args", "dependsOn"],
+        "additionalProperties": False,
+    }
+
+
+def plan_json_schema(registry: Any) -> dict[str, Any]:
+    """The plan schema for the tools in `registry`: one step shape per tool.
+
+    A step names a registered tool (or null, a reasoning step) and writes that tool's
+    argument names, so a constrained decoder cannot invent a tool or an argument name;
+    small local models otherwise do exactly that. `PLAN_JSON_SCHEMA` is the same
+    shape without the tools.
+    """
+    variants = [
+        _step_schema({"const": schema.name}, _arguments_schema(schema.input_schema or {}))
+        for schema in registry.schemas()
+    ]
+    variants.append(_step_schema({"type": "null"}, {"type": "object"}))
+    steps = variants[0] if len(variants) == 1 else {"anyOf": variants}
+    return {
+        "type": "object",
+        "properties": {
+            "intent": _label(),
+            "title": _label(),
+            "steps": {"type": "array", "items": steps},
+        },
+        "required": ["intent", "title", "steps"],
+        "additionalProperties": False,
+    }
+
+
+def plan_response_format(registry: Any) -> dict[str, Any]:
+    """The `response_format` of a planning call over the tools in `registry`."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "plan", "schema": plan_json_schema(registry), "strict": False},
+    }
+
 
 # Prompt budgets: earlier turns and failed replies are clipped so small models keep room.
 _HISTORY_TURNS = 10
@@ -85,6 +173,12 @@ _SCHEMA_NOISE = frozenset(
 # Dropped as well when the prompt must shrink to fit a small context window.
 _COMPACT_NOISE = _SCHEMA_NOISE | {"description", "pattern", "format"}
 _SHORT_DESCRIPTION_CHARS = 160
+# A tool's examples without a description are shown in its entry (the compact prompt
+# keeps the first); the first example with one, the request it answers, becomes a
+# demonstration turn, for at most _DEMONSTRATIONS tools.
+_EXAMPLES_SHOWN = 3
+_DEMONSTRATIONS = 4
+_EXAMPLE_OUTPUT_CHARS = 120
 
 _INSTRUCTIONS = """\
 You plan how to answer the user's request with the tools below. Reply with one JSON \
@@ -173,6 +267,12 @@ def render_tools(registry: Any, *, compact: bool = False) -> str:
         if extra:
             line += f"; schema: {_compact_json(extra)}"
         lines.append(line)
+        plain = [example for example in schema.examples if not example.description]
+        for example in plain[: 1 if compact else _EXAMPLES_SHOWN]:
+            shown = f"  example: args {_compact_json(example.input)}"
+            if example.output is not None:
+                shown += f" -> output {_clip(_compact_json(example.output), _EXAMPLE_OUTPUT_CHARS)}"
+            lines.append(shown)
     return "\n".join(lines) if lines else "(no tools: every plan has no tool steps)"
 
 
@@ -204,6 +304,97 @@ def _system_prompt(
     return "\n\n".join(parts)
 
 
+_WORD = re.compile(r"[^\W_]+|[-+*/^%=<>]")
+# Words too common to tell two requests apart.
+_COMMON_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "please",
+        "the",
+        "then",
+        "to",
+        "what",
+        "which",
+        "with",
+        "you",
+    ]
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _COMMON_WORDS}
+
+
+def _likeness(query_words: set[str], schema: ToolSchema, example: ToolExample) -> int:
+    text = f"{example.description} {schema.name} {_compact_json(example.input)}"
+    return len(query_words & _words(text))
+
+
+def render_demonstrations(registry: Any, query: str = "") -> list[dict[str, Any]]:
+    """Worked examples as chat turns: a request, then the one-step plan that answers it.
+
+    Built from the tools' examples that have a description (the request they answer)
+    and an input the tool's schema accepts: for each tool the one most like `query`,
+    for the `_DEMONSTRATIONS` tools whose example is most like it, the likest last.
+    Small models follow a demonstrated turn far better than a written format, and
+    copy the nearest one most.
+    """
+    query_words = _words(query)
+    candidates: list[tuple[int, int, ToolSchema, ToolExample]] = []
+    for position, schema in enumerate(registry.schemas()):
+        scored = [
+            (_likeness(query_words, schema, example), example)
+            for example in schema.examples
+            if example.description and not registry.validate_input(schema.name, example.input)
+        ]
+        if scored:
+            score, example = max(scored, key=lambda item: item[0])
+            # Ties keep registration order: an earlier tool comes later, nearer the query.
+            candidates.append((score, -position, schema, example))
+    candidates.sort(key=lambda item: (item[0], item[1]))
+    messages: list[dict[str, Any]] = []
+    for _score, _position, schema, example in candidates[-_DEMONSTRATIONS:]:
+        request = " ".join(example.description.split())
+        plan = {
+            "intent": _clip(request, _LABEL_CHARS),
+            "title": _clip(request, _LABEL_CHARS),
+            "steps": [
+                {
+                    "id": "s1",
+                    "description": f"Use {schema.name}",
+                    "tool": schema.name,
+                    "args": example.input,
+                    "dependsOn": [],
+                }
+            ],
+        }
+        messages.append({"role": "user", "content": f"Request: {request}"})
+        messages.append({"role": "assistant", "content": _compact_json(plan)})
+    return messages
+
+
 def render_planning_messages(
     query: str,
     registry: Any,
@@ -213,7 +404,8 @@ def render_planning_messages(
     now: datetime | None = None,
     compact: bool = False,
 ) -> list[dict[str, Any]]:
-    """The messages of the planning call: instructions and tools, then the request.
+    """The messages of the planning call: instructions and tools, the demonstrations
+    (see `render_demonstrations`), then the request.
 
     `compact` shortens the tool descriptions (see `render_tools`).
     """
@@ -226,6 +418,7 @@ def render_planning_messages(
     user_parts.append(f"Request: {query}")
     return [
         {"role": "system", "content": _system_prompt(registry, persona, now, compact)},
+        *render_demonstrations(registry, query),
         {"role": "user", "content": "\n\n".join(user_parts)},
     ]
 
@@ -513,6 +706,8 @@ class Planner:
         self.persona = persona or Persona()
         self.model = model
         self._structured: bool | None = None
+        # (tool names, response_format): rebuilt only when tools are registered.
+        self._format: tuple[tuple[str, ...], dict[str, Any]] | None = None
         self._window: Any = _UNKNOWN
 
     def _response_format(self) -> dict[str, Any] | None:
@@ -520,7 +715,12 @@ class Planner:
             from art.llm import supports_response_schema
 
             self._structured = supports_response_schema(self.model)
-        return PLAN_RESPONSE_FORMAT if self._structured else None
+        if not self._structured:
+            return None
+        tools = tuple(self.registry.names())
+        if self._format is None or self._format[0] != tools:
+            self._format = (tools, plan_response_format(self.registry))
+        return self._format[1]
 
     async def plan(
         self, run: RunContext, query: str, history: Sequence[ConversationMessage] = ()

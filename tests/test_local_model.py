@@ -185,6 +185,20 @@ def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(dem
     assert apple.count('"," space string') == 2  # maxItems 3 is kept
 
 
+def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp_path):
+    from art.planning import plan_response_format
+    from art.registry import ToolRegistry
+    from art.tools import builtin_tools
+
+    registry = ToolRegistry(builtin_tools(tmp_path))
+    rules = local._grammar(plan_response_format(registry))._grammar
+    # The tool names are literals of the grammar (not the any-JSON fallback) ...
+    for name in registry.names():
+        assert f'\\"{name}\\"' in rules
+    # ... each with its own argument names.
+    assert '\\"expression\\"' in rules and '\\"markdown\\"' in rules
+
+
 async def test_json_object_output_parses(demo_model):
     response = await litellm.acompletion(
         model=demo_model,
@@ -252,19 +266,10 @@ async def test_prompt_longer_than_the_context_is_a_context_window_error(demo_mod
 
 # ---------------------------------------------------------------- one real run
 
-# The 135M demo model copies the planning prompt's example plan (its tool `get_price`) or
-# answers with no steps: with art/planning.py's plan schema, which constrains the JSON
-# shape but not the tool names or their args, it never writes a calculator step (0 of 20
-# benchmark questions). With a plan schema that allows only the registered tools, each with
-# its own input schema, this test passes (see docs/local-models.md). strict=True: once the
-# planner constrains tool names, this mark fails the test until it is removed.
-PLANNER_WRITES_NO_TOOL_STEPS = pytest.mark.xfail(
-    strict=True,
-    reason="the plan schema does not constrain tool names; the demo model writes no tool step",
-)
 
-
-@PLANNER_WRITES_NO_TOOL_STEPS
+# One full run on the demo model: greedy decoding, so the same build writes the same plan.
+# It plans with the calculator because the planning prompt demonstrates the calculator's
+# own example (see docs/local-models.md for how often that works across 20 questions).
 async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_model):
     import art
     from art.tools import Calculator
@@ -273,7 +278,6 @@ async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_mode
         model=demo_model,
         tools=[Calculator()],
         storage="memory://",
-        # Greedy decoding: the same build gives the same plan every run.
         llm_params={"temperature": 0, "seed": 0, "max_tokens": 192},
     )
     async with instance:

@@ -6,6 +6,7 @@ import json
 import time
 from datetime import UTC, datetime
 
+import jsonschema
 import litellm
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,10 +16,13 @@ from art.config import Persona
 from art.errors import ModelError, ModelErrorCode, PlanError
 from art.llm import LLMClient, count_tokens
 from art.planning import (
-    PLAN_RESPONSE_FORMAT,
+    PLAN_JSON_SCHEMA,
     Planner,
     extract_plan_data,
     parse_plan,
+    plan_json_schema,
+    plan_response_format,
+    render_demonstrations,
     render_planning_messages,
     render_replan_messages,
 )
@@ -26,15 +30,21 @@ from art.plans import Plan
 from art.registry import ToolRegistry
 from art.responses import ConversationMessage, StepRecord
 from art.testing import ScriptedModel, make_run_context
-from art.tooling import IToolExecutor, ToolResult, ToolSchema
+from art.tooling import IToolExecutor, ToolExample, ToolResult, ToolSchema
 
 NOW = datetime(2025, 3, 14, 12, 0, tzinfo=UTC)
 
 
 class Tool(IToolExecutor):
-    def __init__(self, name: str, description: str, input_schema: dict, mode="functional"):
+    def __init__(
+        self, name: str, description: str, input_schema: dict, mode="functional", examples=()
+    ):
         self.schema = ToolSchema(
-            name=name, description=description, input_schema=input_schema, execution_mode=mode
+            name=name,
+            description=description,
+            input_schema=input_schema,
+            execution_mode=mode,
+            examples=list(examples),
         )
 
     async def execute(self, input, context):
@@ -336,11 +346,64 @@ async def test_a_valid_plan_takes_exactly_one_call(scripted_model, registry):
 
 async def test_structured_output_is_requested_where_the_model_supports_it(scripted_model, registry):
     model = scripted_model(planning=GOOD, response_schema=True)
-    await planner_for(model, registry).plan(make_run_context(), "q", [])
-    assert model.calls[0].response_format == PLAN_RESPONSE_FORMAT
-    schema = PLAN_RESPONSE_FORMAT["json_schema"]["schema"]
-    assert Plan.model_validate(GOOD).model_dump(by_alias=True)["steps"][0].keys() >= set(
-        schema["properties"]["steps"]["items"]["required"]
+    planner = planner_for(model, registry)
+    await planner.plan(make_run_context(), "q", [])
+    assert model.calls[0].response_format == plan_response_format(registry)
+    schema = model.calls[0].response_format["json_schema"]["schema"]
+    jsonschema.validate(Plan.model_validate(GOOD).model_dump(by_alias=True), schema)
+
+    # A tool registered later is in the next call's schema.
+    registry.register(ASK_HUMAN)
+    await planner.plan(make_run_context(), "q", [])
+    assert model.calls[1].response_format == plan_response_format(registry)
+    assert model.calls[1].response_format != model.calls[0].response_format
+
+
+def _step(tool, args, **extra):
+    return {"id": "s1", "description": "d", "tool": tool, "args": args, "dependsOn": [], **extra}
+
+
+def _plan(*steps):
+    return {"intent": "i", "title": "t", "steps": list(steps)}
+
+
+def test_the_plan_schema_allows_only_registered_tools_and_their_argument_names(registry):
+    validator = jsonschema.Draft202012Validator(plan_json_schema(registry))
+    accepted = [
+        _plan(),
+        _plan(_step("calculator", {"expression": "17*23"})),
+        # A reference may stand for any value, whatever the argument's type.
+        _plan(_step("get_weather", {"city": "Oslo", "unit": "{{s0.output}}"})),
+        _plan(_step(None, {})),  # a reasoning step
+        Plan.model_validate(GOOD).model_dump(by_alias=True),
+    ]
+    refused = [
+        _plan(_step("calc", {"expression": "1"})),  # unknown tool
+        _plan(_step("calculator", {"expr": "1"})),  # unknown argument name
+        _plan(_step("calculator", {})),  # required argument missing
+        _plan(_step("calculator", {"expression": 4})),  # a string argument stays a string
+        _plan(_step("calculator", {"expression": "1"}, extra=1)),
+        _plan(_step("calculator", {"expression": "1"}) | {"description": "x" * 81}),
+    ]
+    assert [validator.is_valid(plan) for plan in accepted] == [True] * len(accepted)
+    assert [validator.is_valid(plan) for plan in refused] == [False] * len(refused)
+
+
+def test_the_plan_schema_for_tools_with_open_or_no_arguments():
+    open_args = Tool("tag", "Tag things.", {"type": "object", "additionalProperties": True})
+    no_schema = Tool("ping", "Ping.", {"type": "object", "properties": {}})
+    schema = plan_json_schema(ToolRegistry([open_args, no_schema]))
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid(_plan(_step("tag", {"any": [1, 2], "thing": True})))
+    assert validator.is_valid(_plan(_step("ping", {})))
+    assert not validator.is_valid(_plan(_step("ping", {"x": 1})))
+    # With no tools, only reasoning steps fit.
+    only_reasoning = jsonschema.Draft202012Validator(plan_json_schema(ToolRegistry()))
+    assert only_reasoning.is_valid(_plan(_step(None, {})))
+    assert not only_reasoning.is_valid(_plan(_step("calculator", {"expression": "1"})))
+    # The tool-independent schema accepts any tool name.
+    assert jsonschema.Draft202012Validator(PLAN_JSON_SCHEMA).is_valid(
+        _plan(_step("anything", {"x": 1}))
     )
 
 
@@ -605,3 +668,102 @@ async def test_a_huge_cyclic_plan_fails_cleanly(scripted_model, registry):
         len(info.value.problems) == 1 and "dependency cycle: s0 -> s1499" in info.value.problems[0]
     )
     assert time.perf_counter() - started < 10.0
+
+
+# -- demonstrations -----------------------------------------------------------------------------
+
+SQUARE = Tool(
+    "square",
+    "Square a number.",
+    obj({"x": {"type": "number"}}, ["x"]),
+    examples=[
+        ToolExample(input={"x": 3}, output=9),  # no description: shown in the tool's entry
+        ToolExample(input={"x": "three"}, description="What is three squared?"),  # invalid
+        ToolExample(input={"x": 12}, output=144, description="What is 12 squared?"),
+    ],
+)
+FORECAST = Tool(
+    "forecast",
+    "Weather forecast.",
+    obj({"city": {"type": "string"}}, ["city"]),
+    examples=[
+        ToolExample(input={"city": "Oslo"}, description="Will it rain in Oslo tomorrow?"),
+        ToolExample(input={"city": "Rome"}, description="How warm will Rome be this weekend?"),
+    ],
+)
+
+
+def test_described_examples_become_demonstration_turns_with_the_likest_last():
+    registry = ToolRegistry([SQUARE, FORECAST])
+    turns = render_demonstrations(registry, "How warm will Paris be this weekend?")
+    assert [t["role"] for t in turns] == ["user", "assistant"] * 2
+    assert turns[0]["content"] == "Request: What is 12 squared?"
+    assert json.loads(turns[1]["content"]) == {
+        "intent": "What is 12 squared?",
+        "title": "What is 12 squared?",
+        "steps": [
+            {
+                "id": "s1",
+                "description": "Use square",
+                "tool": "square",
+                "args": {"x": 12},
+                "dependsOn": [],
+            }
+        ],
+    }
+    # Of forecast's two examples, the one most like the request; it comes last.
+    assert turns[2]["content"] == "Request: How warm will Rome be this weekend?"
+    assert render_demonstrations(registry, "What is 7 squared?")[-2]["content"] == (
+        "Request: What is 12 squared?"
+    )
+    # Every demonstrated plan is a valid plan for the registry.
+    for turn in turns[1::2]:
+        assert parse_plan(turn["content"], registry) == (
+            Plan.model_validate_json(turn["content"]),
+            [],
+        )
+
+
+def test_demonstrations_sit_between_the_instructions_and_the_request():
+    registry = ToolRegistry([SQUARE, FORECAST, CALCULATOR])
+    messages = render_planning_messages("What is 5 squared?", registry, [], None, now=NOW)
+    assert [m["role"] for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert messages[-1]["content"] == "Request: What is 5 squared?"
+    system = messages[0]["content"]
+    assert '  example: args {"x":3} -> output 9' in system  # the undescribed example
+    assert "three" not in system and "12 squared" not in system
+
+
+def test_demonstrations_are_capped_and_need_a_description(registry):
+    assert render_demonstrations(registry, "q") == []  # no tool has a described example
+    many = ToolRegistry(
+        Tool(
+            f"tool{i}",
+            "A tool.",
+            obj({"n": {"type": "integer"}}, ["n"]),
+            examples=[ToolExample(input={"n": i}, description=f"Request number {i}")],
+        )
+        for i in range(6)
+    )
+    turns = render_demonstrations(many, "Request number 4")
+    assert len(turns) == 8
+    assert turns[-2]["content"] == "Request: Request number 4"
+
+
+def test_the_built_in_tools_demonstrate_valid_plans(tmp_path):
+    from art.tools import builtin_tools
+
+    registry = ToolRegistry(builtin_tools(tmp_path))
+    turns = render_demonstrations(registry, "What is 2 + 2?")
+    assert len(turns) == 8
+    assert '"tool":"calculator"' in turns[-1]["content"]
+    for turn in turns[1::2]:
+        plan, problems = parse_plan(turn["content"], registry)
+        assert plan is not None and problems == []

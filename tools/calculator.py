@@ -399,8 +399,16 @@ class Calculator(IToolExecutor):
         },
         output_schema={"type": "number"},
         examples=[
-            {"input": {"expression": "17 * 23"}, "output": 391},
-            {"input": {"expression": "mean([2, 4, 9])"}, "output": 5.0},
+            {
+                "input": {"expression": "12 * 7 + 5"},
+                "output": 89,
+                "description": "What is 12 times 7, plus 5?",
+            },
+            {
+                "input": {"expression": "mean([2, 4, 9])"},
+                "output": 5.0,
+                "description": "What is the average of 2, 4 and 9?",
+            },
         ],
     )
 

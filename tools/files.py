@@ -105,6 +105,12 @@ class ReadFile(_RootedTool):
                     "content": {"type": "string"},
                 },
             },
+            examples=[
+                {
+                    "input": {"path": "todo.md"},
+                    "description": "What does my todo.md file say?",
+                }
+            ],
         )
 
     def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
@@ -188,6 +194,12 @@ class ListFiles(_RootedTool):
                 },
                 "additionalProperties": False,
             },
+            examples=[
+                {
+                    "input": {"path": ".", "pattern": "*.md"},
+                    "description": "Which markdown files do I have?",
+                }
+            ],
         )
 
     def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:

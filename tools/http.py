@@ -74,6 +74,12 @@ class HttpGet(IToolExecutor):
                 "required": ["url"],
                 "additionalProperties": False,
             },
+            examples=[
+                {
+                    "input": {"url": "https://example.org/status.json"},
+                    "description": "What does https://example.org/status.json report?",
+                }
+            ],
         )
 
     async def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:

@@ -45,6 +45,12 @@ class AskHuman(IToolExecutor):
         },
         execution_mode="blocking",
         blocking_config={"kind": "question"},
+        examples=[
+            {
+                "input": {"question": "Delete the old backups?", "options": ["yes", "no"]},
+                "description": "Ask me before deleting the old backups.",
+            }
+        ],
     )
 
     def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:

@@ -49,6 +49,19 @@ class Show(IToolExecutor):
         },
         execution_mode="display",
         display_config={"kinds": ["markdown", "table"]},
+        examples=[
+            {
+                "input": {"title": "Reminder", "markdown": "Stand-up moves to **10:00**."},
+                "description": "Show the user a note that stand-up moves to 10:00.",
+            },
+            {
+                "input": {
+                    "title": "Team",
+                    "table": {"columns": ["name", "role"], "rows": [["Ada", "lead"]]},
+                },
+                "description": "Show a table of the team: Ada, the lead.",
+            },
+        ],
     )
 
     def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
