@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     # tools
     "IToolExecutor": "art.tooling",
     "ToolSchema": "art.tooling",
+    "ToolExample": "art.tooling",
     "ToolResult": "art.tooling",
     "ExecutionContext": "art.tooling",
     "tool": "art.function_tools",
@@ -138,5 +139,5 @@ if TYPE_CHECKING:
     from art.serialization import safe_stringify
     from art.spans import SpanContext
     from art.state import RunRecord, StorageAdapter, Suspension
-    from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+    from art.tooling import ExecutionContext, IToolExecutor, ToolExample, ToolResult, ToolSchema
     from art.usage import TokenUsage

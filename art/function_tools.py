@@ -16,7 +16,7 @@ import inspect
 import types
 import typing
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, overload
 
 import docstring_parser
@@ -24,7 +24,14 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from art.errors import ToolRegistrationError
-from art.tooling import ExecutionContext, ExecutionMode, IToolExecutor, ToolResult, ToolSchema
+from art.tooling import (
+    ExecutionContext,
+    ExecutionMode,
+    IToolExecutor,
+    ToolExample,
+    ToolResult,
+    ToolSchema,
+)
 
 __all__ = ["FunctionTool", "tool"]
 
@@ -44,6 +51,7 @@ class FunctionTool(IToolExecutor):
         name: str | None = None,
         description: str | None = None,
         execution_mode: ExecutionMode = "functional",
+        examples: Sequence[ToolExample | Mapping[str, Any]] = (),
     ) -> None:
         if not callable(fn):
             raise ToolRegistrationError(f"@art.tool needs a function, got {type(fn).__name__}")
@@ -87,6 +95,7 @@ class FunctionTool(IToolExecutor):
             input_schema=_json_schema(self._input_model, label),
             output_schema=_output_schema(hints.get("return")),
             execution_mode=execution_mode,
+            examples=list(examples),
             label=label,
         )
         self._is_async = inspect.iscoroutinefunction(fn)
@@ -143,6 +152,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode = "functional",
+    examples: Sequence[ToolExample | Mapping[str, Any]] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -153,17 +163,23 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode = "functional",
+    examples: Sequence[ToolExample | Mapping[str, Any]] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function into a tool: `@art.tool` or `@art.tool(name=..., ...)`.
 
     `name` defaults to the function's name, `description` to the docstring's first
-    paragraph (plus its Returns section). Raises ToolRegistrationError when the
-    function cannot be described (no docstring, `*args`, unknown annotations).
+    paragraph (plus its Returns section); `examples` are the schema's `ToolExample`s.
+    Raises ToolRegistrationError when the function cannot be described (no docstring,
+    `*args`, unknown annotations).
     """
 
     def wrap(function: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(
-            function, name=name, description=description, execution_mode=execution_mode
+            function,
+            name=name,
+            description=description,
+            execution_mode=execution_mode,
+            examples=examples,
         )
 
     return wrap(fn) if fn is not None else wrap

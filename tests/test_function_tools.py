@@ -77,6 +77,22 @@ def test_schema_is_valid_and_registrable():
     assert len(problems) == 3
 
 
+def test_examples_go_into_the_schema_and_become_demonstrations():
+    from art.planning import render_demonstrations
+
+    @tool(examples=[{"input": {"a": 2, "b": 3}, "output": 5, "description": "Add 2 and 3."}])
+    def add(a: int, b: int) -> int:
+        """Adds two integers."""
+        return a + b
+
+    assert add.schema.examples == [
+        art.ToolExample(input={"a": 2, "b": 3}, output=5, description="Add 2 and 3.")
+    ]
+    request, plan = render_demonstrations(ToolRegistry([add]), "Add 4 and 5.")
+    assert request["content"] == "Request: Add 2 and 3."
+    assert '"tool":"add","args":{"a":2,"b":3}' in plan["content"]
+
+
 def test_still_calls_like_the_original_function():
     assert get_weather(Location(city="Oslo"), days=2) == {
         "city": "Oslo",
