@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -35,29 +36,45 @@ DEFAULT_MODEL = "local/smollm2"
 class Question:
     text: str
     tools: tuple[str, ...]  # a plan that uses any of these tools is on topic
+    answer: str | None = None  # a regex the right answer matches (None: nothing to check)
+
+
+def _number(value: str) -> str:
+    """A regex for `value` as a whole number, allowing a trailing .0 and thousands commas."""
+    return rf"(?<![\d.]){value}(\.0+)?(?![\d])"
 
 
 QUESTIONS: tuple[Question, ...] = (
-    Question("What is 17 * 23?", ("calculator",)),
-    Question("Calculate 1234 + 5678.", ("calculator",)),
-    Question("What is 2 to the power of 10?", ("calculator",)),
-    Question("What is the square root of 169?", ("calculator",)),
-    Question("What is 15% of 80?", ("calculator",)),
-    Question("Divide 144 by 12.", ("calculator",)),
-    Question("What is (3 + 4) * 5?", ("calculator",)),
-    Question("What is the average of 4, 8 and 15?", ("calculator",)),
-    Question("Compute 17 * 23, then add 12 to the result.", ("calculator",)),
-    Question("What is 12 * 12 plus 13 * 13?", ("calculator",)),
-    Question("Multiply 6 by 7 and then divide the result by 2.", ("calculator",)),
-    Question("How many seconds are there in a week?", ("calculator",)),
+    Question("What is 17 * 23?", ("calculator",), _number("391")),
+    Question("Calculate 1234 + 5678.", ("calculator",), _number("6,?912")),
+    Question("What is 2 to the power of 10?", ("calculator",), _number("1,?024")),
+    Question("What is the square root of 169?", ("calculator",), _number("13")),
+    Question("What is 15% of 80?", ("calculator",), _number("12")),
+    Question("Divide 144 by 12.", ("calculator",), r"(=|is|:)\s*12(\.0+)?(?![\d])"),
+    Question("What is (3 + 4) * 5?", ("calculator",), _number("35")),
+    Question("What is the average of 4, 8 and 15?", ("calculator",), _number("9")),
+    Question("Compute 17 * 23, then add 12 to the result.", ("calculator",), _number("403")),
+    Question("What is 12 * 12 plus 13 * 13?", ("calculator",), _number("313")),
+    Question("Multiply 6 by 7 and then divide the result by 2.", ("calculator",), _number("21")),
+    Question("How many seconds are there in a week?", ("calculator",), _number("604,?800")),
     Question("Show the user a markdown note that says 'Hello, world'.", ("show",)),
     Question("Show a table of the numbers 1, 2 and 3 with their squares.", ("show",)),
-    Question("Compute 45 * 3 and show the result to the user.", ("calculator", "show")),
-    Question("List the files that are available.", ("list_files",)),
-    Question("Read the file notes.txt and tell me what it says.", ("read_file",)),
-    Question("What is the price of a pear according to prices.csv?", ("read_file",)),
+    Question(
+        "Compute 45 * 3 and show the result to the user.", ("calculator", "show"), _number("135")
+    ),
+    Question(
+        "List the files that are available.",
+        ("list_files",),
+        r"(?s)(?=.*notes\.txt)(?=.*prices\.csv)",
+    ),
+    Question("Read the file notes.txt and tell me what it says.", ("read_file",), "Thursday"),
+    Question("What is the price of a pear according to prices.csv?", ("read_file",), _number("5")),
     Question("Read prices.csv and show its contents to the user.", ("read_file", "show")),
-    Question("How many files are there, and what is 7 * 8?", ("list_files", "calculator")),
+    Question(
+        "How many files are there, and what is 7 * 8?",
+        ("list_files", "calculator"),
+        _number("56"),
+    ),
 )
 
 FILES = {
@@ -77,6 +94,7 @@ class Outcome:
     used_tool: bool = False
     tool_completed: bool = False
     answered: bool = False
+    correct: bool | None = None  # the answer matches Question.answer (None: not checked)
     planning_prompt_tokens: int = 0
     planning_completion_tokens: int = 0
     llm_completion_tokens: int = 0
@@ -133,6 +151,10 @@ async def run_question(
     )
     outcome.answer = response.content or ""
     outcome.answered = outcome.status == "success" and bool(outcome.answer.strip())
+    if question.answer is not None:
+        outcome.correct = (
+            outcome.answered and re.search(question.answer, outcome.answer) is not None
+        )
     outcome.planning_prompt_tokens = marks.planning_prompt_tokens
     outcome.planning_completion_tokens = marks.planning_completion_tokens
     outcome.llm_completion_tokens = marks.completion_tokens
@@ -222,6 +244,10 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         "plan_uses_a_needed_tool": share("used_tool"),
         "needed_tool_completed": share("tool_completed"),
         "answered": share("answered"),
+        "answer_has_the_right_value": (
+            f"{sum(1 for o in outcomes if o.correct)}/"
+            f"{sum(1 for o in outcomes if o.correct is not None)}"
+        ),
         "planning_calls": sum(o.planning_calls for o in outcomes),
         "planning_prompt_tokens": seconds("planning_prompt_tokens", outcomes).get("median"),
         "generated_tokens_per_s": round(
@@ -271,6 +297,7 @@ def _print_row(index: int, o: Outcome) -> None:
             ("T", o.used_tool),
             ("C", o.tool_completed),
             ("A", o.answered),
+            ("V", bool(o.correct)),
         )
     )
     print(
@@ -306,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(info), flush=True)
     print(
         "marks: 1 valid first attempt, R valid after repair, T uses a needed tool, "
-        "C that tool completed, A answered (status success, non-empty answer)",
+        "C that tool completed, A answered (status success, non-empty answer), "
+        "V the answer has the right value",
         flush=True,
     )
     started = time.perf_counter()
