@@ -91,7 +91,13 @@ _PASSTHROUGH_PARAMS = (
     "seed",
     "presence_penalty",
     "frequency_penalty",
+    "repeat_penalty",  # llama.cpp's own; litellm passes unknown parameters through
 )
+# Free text (no grammar) from a small model loops on one phrase until its token limit
+# without a repetition penalty; llama-cpp-python's default is none (1.0). 1.1 stopped
+# the loops of the demo model on the benchmark questions; more made answers incoherent.
+DEFAULT_REPEAT_PENALTY = 1.1
+_PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
 
 log = structlog.get_logger(__name__)
 
@@ -401,6 +407,8 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
     grammar = _grammar(optional_params.get("response_format"))
     if grammar is not None:
         arguments["grammar"] = grammar
+    elif not any(name in arguments for name in _PENALTIES):
+        arguments["repeat_penalty"] = DEFAULT_REPEAT_PENALTY
     arguments["messages"] = _messages(messages)
     return arguments
 

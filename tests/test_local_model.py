@@ -185,6 +185,18 @@ def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(dem
     assert apple.count('"," space string') == 2  # maxItems 3 is kept
 
 
+def test_free_text_gets_a_repetition_penalty_unless_the_call_sets_one(demo_model):
+    messages = [{"role": "user", "content": "hi"}]
+    assert local._chat_arguments(messages, {})["repeat_penalty"] == local.DEFAULT_REPEAT_PENALTY
+    for name in ("repeat_penalty", "presence_penalty", "frequency_penalty"):
+        arguments = local._chat_arguments(messages, {name: 0.5})
+        assert arguments[name] == 0.5
+        assert name == "repeat_penalty" or "repeat_penalty" not in arguments
+    # Under a grammar the JSON keys repeat by design: no penalty.
+    constrained = local._chat_arguments(messages, {"response_format": {"type": "json_object"}})
+    assert "grammar" in constrained and "repeat_penalty" not in constrained
+
+
 def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp_path):
     from art.planning import plan_response_format
     from art.registry import ToolRegistry
