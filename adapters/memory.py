@@ -193,9 +193,9 @@ class MemoryStorage(StorageAdapter):
         with self._lock:
             for event in events:
                 seq = next(self._event_seq)
-                text = dump_json(event.model_copy(update={"seq": seq}))
+                # The number is kept beside the text and set on read: no copy per event.
                 self._thread(event.thread_id).events.append(
-                    (seq, event.name, timestamp_key(event.timestamp), text)
+                    (seq, event.name, timestamp_key(event.timestamp), dump_json(event))
                 )
 
     async def query_events(
@@ -214,7 +214,7 @@ class MemoryStorage(StorageAdapter):
             thread = self._threads.get(thread_id)
             rows = list(thread.events) if thread else []
         found: list[StoredEvent] = []
-        for _seq, name, moment, text in rows:
+        for seq, name, moment, text in rows:
             if limit is not None and len(found) >= limit:
                 break
             if wanted is not None and name not in wanted:
@@ -223,7 +223,9 @@ class MemoryStorage(StorageAdapter):
                 continue
             if until_key is not None and moment >= until_key:
                 continue
-            found.append(load_json(StoredEvent, text))
+            event = load_json(StoredEvent, text)
+            event.seq = seq
+            found.append(event)
         return found
 
     # -- threads ------------------------------------------------------------------

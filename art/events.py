@@ -262,9 +262,10 @@ class RunEvents:
         span: SpanContext | None = None,
     ) -> dict[str, Any]:
         """Like `EventBus.emit`; the event also reaches the run's sinks and log."""
-        data = await self.bus.emit(
-            name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
-        )
+        if self.sinks or self.bus.wants(name):
+            data = await self.bus.emit(
+                name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
+            )
         if name in self.logged and (self.keep is None or self.keep(name, data)):
             self.log.append((name, data, span, datetime.now(UTC)))
         return data

@@ -272,6 +272,8 @@ class Executor:
         self._steps: dict[str, Step] = {}
         self._deps: dict[str, Sequence[str]] = {}
         self._used = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._context_template = ExecutionContext(
             thread_id=run.thread_id,
             trace_id=run.trace_id,
@@ -286,6 +288,8 @@ class Executor:
         if self._used:
             raise RuntimeError("an Executor runs once; build a new one")
         self._used = True
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         run = self.run_context
         await self._emit_run(
             "tool:loop:before", {"steps": len(self.plan.steps), "title": self.plan.title}
@@ -472,7 +476,7 @@ class Executor:
             await self._finish(record, "failed", span, result.error or "the tool failed")
 
     def _resolve(self, step: Step) -> dict[str, Any]:
-        if not self._deps[step.id] or not step.args:
+        if not step.args or not step.references:
             return dict(step.args)
         from art.references import resolve_references
 
@@ -523,8 +527,12 @@ class Executor:
                 args = edited
                 if isinstance(edited, dict):
                     self._records[step.id].args = edited
+        # A tool's own progress notes are logged; the start and end updates are not, so
+        # they are emitted only when a hook, subscriber or stream is there to see them.
         wants_updates = events.wants("tool:update")
-        if wants_updates:
+        live = getattr(events, "listened", None)
+        live_updates = live("tool:update") if live is not None else wants_updates
+        if live_updates:
             await self._emit(
                 "tool:update",
                 {
@@ -563,7 +571,7 @@ class Executor:
             if relay is not None:
                 await relay.close()
         duration_ms = (time.perf_counter() - started) * 1000.0
-        if wants_updates:
+        if live_updates:
             end: dict[str, Any] = {
                 "stage": "end",
                 "step_id": step.id,
@@ -888,8 +896,8 @@ class _ProgressRelay:
         self._tool = tool
         self._call_id = call_id
         self._span = span
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.get_ident()
+        self._loop = executor._loop or asyncio.get_running_loop()
+        self._thread = executor._loop_thread or threading.get_ident()
         self._items: deque[tuple[str, dict[str, Any]]] = deque()
         self._task: asyncio.Task[None] | None = None
         self._closed = False

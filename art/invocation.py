@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["invoke_tool"]
 
 log = get_logger(__name__)
+_stdlib_log = logging.getLogger(__name__)
 
 _RESULT_KEYS = frozenset(
     {"call_id", "callId", "tool_name", "toolName", "output", "error", "metadata", "data", "result"}
@@ -53,6 +55,7 @@ _STATUSES = ("success", "error", "suspended")
 # Keys under which tools commonly put data that belongs in `output`.
 _MISPLACED_DATA_KEYS = ("data", "result")
 _METADATA_DATA_KEYS = ("output", "data", "result", "results", "value")
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 # Bare values and stringified leftovers kept in contract errors are cut to this size.
 _KEPT_TEXT_LENGTH = 60_000
 
@@ -93,16 +96,17 @@ async def invoke_tool(
             f"internal error while invoking the tool: {type(exc).__name__}: {exc}",
             exception_type=type(exc).__name__,
         )
-    log.debug(
-        "tool call",
-        tool=name,
-        call_id=context.call_id,
-        step_id=context.step_id,
-        attempt=context.attempt,
-        status=result.status,
-        error_code=result.error_code,
-        duration_ms=round((time.perf_counter() - started) * 1000, 3),
-    )
+    if _stdlib_log.isEnabledFor(logging.DEBUG):  # skip building the record per call
+        log.debug(
+            "tool call",
+            tool=name,
+            call_id=context.call_id,
+            step_id=context.step_id,
+            attempt=context.attempt,
+            status=result.status,
+            error_code=result.error_code,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
     return result
 
 
@@ -180,16 +184,17 @@ def _input_problems(
     tool: IToolExecutor, schema: ToolSchema, args: Any, registry: ToolRegistry | None
 ) -> list[str] | None:
     """The input's violations, or None when the tool's input_schema itself is broken."""
-    validator = None
+    validator = fast_check = None
     if registry is not None and registry.get(schema.name) is tool:
         validator = registry.validator(schema.name)
+        fast_check = registry.fast_check(schema.name)
     if validator is None:
         try:
             validator = build_validator(schema.input_schema)
         except Exception:
             return None
     try:
-        return input_errors(validator, args)
+        return input_errors(validator, args, fast_check=fast_check)
     except Exception:  # e.g. an unresolvable $ref, found only while validating
         return None
 
@@ -332,8 +337,10 @@ def _checked(
                 output=result.metadata[misplaced[0]],
                 metadata=result.metadata,
             )
+    output = result.output
     try:
-        output = to_jsonable(result.output)
+        if type(output) not in _JSON_SCALARS:
+            output = to_jsonable(output)
     except TypeError as exc:
         return _violation(
             name,
@@ -342,8 +349,10 @@ def _checked(
             "return JSON-compatible data in ToolResult.output",
             **keep,
         )
+    metadata = result.metadata
     try:
-        metadata = to_jsonable(result.metadata)
+        if metadata:
+            metadata = to_jsonable(metadata)
     except TypeError as exc:
         return _violation(
             name,
@@ -352,6 +361,9 @@ def _checked(
             "put only JSON-compatible values in ToolResult.metadata",
             **keep,
         )
+    if result.status == "success" and output is result.output and metadata is result.metadata:
+        return result  # already JSON data (a scalar output, no metadata): nothing to change
+    metadata = dict(metadata)  # never edit the tool's own dict (it may reuse its result)
     if result.status == "suspended":
         metadata.setdefault("suspension_id", uuid.uuid4().hex)
     elif result.status == "error":

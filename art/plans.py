@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator, model_validator
 
 from art._models import ArtModel
-from art.references import find_references, iter_references
+from art.references import iter_references
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -44,6 +44,7 @@ _STEP_ALIASES: dict[str, str] = {
     "toolName": "tool",
 }
 _NO_TOOL = frozenset({"", "none", "null", "reasoning", "llm"})
+_REFERENCE_CACHE = "_art_reference_index"
 
 
 class Step(ArtModel):
@@ -102,12 +103,43 @@ class Step(ArtModel):
     @property
     def references(self) -> list[str]:
         """Step ids referenced in `args`, in order of first appearance."""
-        return list(dict.fromkeys(iter_references(self.args)))
+        return list(self._reference_index()[1])
 
     @property
     def all_dependencies(self) -> list[str]:
         """`depends_on` plus every referenced step, without repeats, in a stable order."""
-        return list(dict.fromkeys([*self.depends_on, *iter_references(self.args)]))
+        references = self._reference_index()[1]
+        if not references:
+            return list(dict.fromkeys(self.depends_on))
+        return list(dict.fromkeys([*self.depends_on, *references]))
+
+    @property
+    def referencing_args(self) -> frozenset[str]:
+        """Names of the arguments that hold at least one reference."""
+        return self._reference_index()[2]
+
+    def _reference_index(self) -> tuple[Any, tuple[str, ...], frozenset[str]]:
+        """(args, referenced ids, names of referencing args), worked out once per `args`.
+
+        Validation, the graph and the executor all ask; walking the arguments once
+        matters for plans of thousands of steps. Kept in `__dict__` the way
+        `functools.cached_property` is (pydantic leaves it out of dumps and equality),
+        and recomputed when `args` is replaced (arguments are not edited in place).
+        """
+        args = self.args
+        cached = self.__dict__.get(_REFERENCE_CACHE)
+        if cached is not None and cached[0] is args:
+            return cached
+        found: list[str] = []
+        keys: list[str] = []
+        for key, value in args.items():
+            before = len(found)
+            found.extend(iter_references(value))
+            if len(found) > before:
+                keys.append(key)
+        cached = (args, tuple(dict.fromkeys(found)), frozenset(keys))
+        self.__dict__[_REFERENCE_CACHE] = cached
+        return cached
 
     @property
     def is_reasoning(self) -> bool:
@@ -310,6 +342,9 @@ def validate_plan(
 
 
 def _cycle_problems(plan: Plan) -> list[str]:
+    """A problem per dependency cycle; networkx is asked only once one is known to exist."""
+    if _acyclic(plan):
+        return []
     import networkx as nx
 
     graph = plan.graph
@@ -330,13 +365,46 @@ def _cycle_problems(plan: Plan) -> list[str]:
     return problems
 
 
+def _acyclic(plan: Plan) -> bool:
+    """Kahn's count over the plan's own steps (self-dependencies are reported apart)."""
+    dependents: dict[str, set[str]] = {step.id: set() for step in plan.steps}
+    for step in plan.steps:
+        for dependency in step.all_dependencies:
+            if dependency in dependents and dependency != step.id:
+                dependents[dependency].add(step.id)
+    waiting = dict.fromkeys(dependents, 0)
+    for targets in dependents.values():
+        for target in targets:
+            waiting[target] += 1
+    ready = [step_id for step_id, count in waiting.items() if count == 0]
+    seen = 0
+    while ready:
+        seen += 1
+        for target in dependents[ready.pop()]:
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                ready.append(target)
+    return seen == len(waiting)
+
+
 def _argument_problems(step: Step, registry: Any) -> list[str]:
     """Schema violations of the arguments that do not come from references."""
     validator = _validator(registry, step.tool or "")
     if validator is None:
         return []
-    from_references = {key for key, value in step.args.items() if find_references(value)}
-    static_args = {k: v for k, v in step.args.items() if k not in from_references}
+    from_references = step.referencing_args
+    static_args = (
+        {k: v for k, v in step.args.items() if k not in from_references}
+        if from_references
+        else step.args
+    )
+    fast_check = _fast_check(registry, step.tool or "")
+    if fast_check is not None:
+        try:
+            if fast_check(static_args):
+                return []
+        except Exception:  # a value jsonschema-rs cannot read: jsonschema decides
+            pass
     problems = []
     for error in sorted(
         validator.iter_errors(static_args), key=lambda e: ([str(p) for p in e.path], e.message)
@@ -358,6 +426,11 @@ def _missing_required(error: Any) -> str | None:
     # jsonschema's message is "'name' is a required property"
     match = re.match(r"'(?P<name>.+)' is a required property", error.message)
     return match.group("name") if match else None
+
+
+def _fast_check(registry: Any, name: str) -> Any:
+    get_fast_check = getattr(registry, "fast_check", None)
+    return get_fast_check(name) if callable(get_fast_check) else None
 
 
 def _validator(registry: Any, name: str) -> Any:

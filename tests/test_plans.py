@@ -298,3 +298,32 @@ def test_a_registry_without_compiled_validators_works_too():
     assert validate_plan(plan, MinimalRegistry(CALCULATOR)) == [
         "step 's1' (calculator) argument 'expression': 1 is not of type 'string'"
     ]
+
+
+def test_references_are_worked_out_once_and_again_when_args_are_replaced():
+    step = Step(id="s3", args={"a": "{{s1.output}}", "b": ["{{s2.output.x}}", 1], "c": 2})
+    assert step.references == ["s1", "s2"]
+    assert step.referencing_args == {"a", "b"}
+    cached = step._reference_index()
+    assert step._reference_index() is cached  # not walked again
+    step.args = {"c": "{{s9.output}}"}
+    assert step.references == ["s9"]
+    assert step.all_dependencies == ["s9"]
+    # The cache is invisible: dumps and equality see the fields only.
+    fresh = Step(id="s3", args={"c": "{{s9.output}}"})
+    assert step == fresh and fresh == step
+    assert step.model_dump() == fresh.model_dump()
+
+
+def test_an_acyclic_plan_never_builds_the_networkx_graph(registry, monkeypatch):
+    def no_graph(self):
+        raise AssertionError("the graph is built only to describe a cycle")
+
+    monkeypatch.setattr(Plan, "graph", property(no_graph))
+    plan = plan_of(
+        {"id": "s1"},
+        {"id": "s2", "dependsOn": ["s1"]},
+        {"id": "s3", "args": {"x": "{{s2.output}} {{s1.output}}"}},
+        {"id": "s4", "dependsOn": ["s4"]},  # a self-dependency is reported on its own
+    )
+    assert validate_plan(plan, registry) == ["step 's4' depends on itself"]

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 
 from art.errors import ConfigurationError, ToolRegistrationError
-from art.registry import ToolRegistry, build_validator, input_errors
+from art.registry import ToolRegistry, build_fast_check, build_validator, input_errors
 from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 
 ORDER_SCHEMA = {
@@ -168,3 +168,37 @@ def test_error_lines_stay_short():
     (line,) = input_errors(validator, {"text": "x" * 10_000})
     assert line.startswith("$.text: ")
     assert len(line) <= 500
+
+
+def test_valid_arguments_take_the_compiled_check_and_jsonschema_is_not_asked():
+    registry = ToolRegistry([make_tool()])
+    assert registry.fast_check("place_order") is not None
+
+    class Refusing:
+        def iter_errors(self, args):
+            raise AssertionError("jsonschema must not run for valid arguments")
+
+    fast = registry.fast_check("place_order")
+    assert input_errors(Refusing(), {"sku": "abc", "quantity": 2}, fast_check=fast) == []
+    # Invalid arguments are worded by jsonschema, as without the fast check.
+    assert input_errors(registry.validator("place_order"), {"sku": "ab"}, fast_check=fast) == [
+        "$: 'quantity' is a required property",
+        "$.sku: 'ab' is too short",
+    ]
+
+
+def test_values_the_compiled_check_cannot_read_fall_back_to_jsonschema():
+    schema = {"type": "object", "properties": {"blob": {"type": "string"}}}
+    fast = build_fast_check(schema)
+    assert fast is not None
+    with pytest.raises(ValueError):
+        fast({"blob": b"bytes"})
+    problems = input_errors(build_validator(schema), {"blob": b"bytes"}, fast_check=fast)
+    assert problems == ["$.blob: b'bytes' is not of type 'string'"]
+
+
+def test_a_schema_the_compiled_check_cannot_build_is_checked_by_jsonschema_alone():
+    # A remote $ref: jsonschema-rs would have to fetch it and never does.
+    schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
+    assert build_fast_check(schema) is None
+    assert input_errors(build_validator(schema), {}) == []
