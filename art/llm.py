@@ -2,7 +2,9 @@
 
 `LLMClient.complete` is the one path. It emits `message:before` (a hook may edit the
 messages that are sent) and `message:after`; when streaming, `chunk:before`/`chunk:after`
-per token chunk and `buffer:flush` per group of chunks (`StreamBuffer`, seed 004). Provider
+per token chunk and `buffer:flush` per group of chunks (`StreamBuffer`, seed 004). A call
+asked to stream is made without streaming when none of those three events has a hook,
+subscriber or stream to reach (the answer, usage and cost are the same). Provider
 exceptions become `ModelError` with a `ModelErrorCode`; retryable codes are retried with
 exponential backoff that honours `retry-after`. API keys never leave this module: every
 error message is passed through `art.redaction.redact`.
@@ -56,6 +58,8 @@ FlushReason = Literal["size", "time", "completion"]
 MAX_RETRY_DELAY_S = 30.0
 # llm_params keys art sets itself; a caller's value would break the call's bookkeeping.
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
+# A streamed call is made only when one of these has a listener.
+_STREAM_EVENTS = ("chunk:before", "chunk:after", "buffer:flush")
 
 
 @functools.cache
@@ -398,6 +402,10 @@ class LLMClient:
             span=span,
         )
         sent_messages = data.get("messages", messages) if isinstance(data, dict) else messages
+        if stream and not any(run.events.wants(name) for name in _STREAM_EVENTS):
+            # Nobody would see a chunk: one plain call gives the same answer, usage and
+            # cost without litellm's streaming wrapper.
+            stream = False
         kwargs = self._call_kwargs(run, phase, model, sent_messages, response_format, stream)
 
         attempt = 0
@@ -604,6 +612,10 @@ class LLMClient:
 
 
 def _response_cost(litellm: Any, response: Any, model: str, usage: TokenUsage) -> float | None:
+    hidden = getattr(response, "_hidden_params", None)
+    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(known, int | float) and not isinstance(known, bool):
+        return float(known)  # litellm priced this response already
     try:
         cost = litellm.completion_cost(completion_response=response, model=model)
     except Exception:

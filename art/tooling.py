@@ -75,20 +75,25 @@ ProgressReporter = Callable[[ProgressStage, dict[str, Any]], None]
 class CancellationToken:
     """A cancellation signal that sync tools (in worker threads) and async tools both read."""
 
-    __slots__ = ("_children", "_event", "_lock", "reason")
+    __slots__ = ("_cancelled", "_children", "_event", "_lock", "reason")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
         self._lock = threading.Lock()
         self._children: list[CancellationToken] = []
+        self._cancelled = False
+        # Made by the first wait(): a threading.Event costs more than the rest of the
+        # token, and one token is made per tool call.
+        self._event: threading.Event | None = None
         self.reason: str | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._cancelled:
                 return
             self.reason = reason
-            self._event.set()
+            self._cancelled = True
+            if self._event is not None:
+                self._event.set()
             children, self._children = self._children, []
         for child in children:
             child.cancel(reason)
@@ -101,7 +106,7 @@ class CancellationToken:
         """
         token = CancellationToken()
         with self._lock:
-            if not self._event.is_set():
+            if not self._cancelled:
                 self._children.append(token)
                 return token
         token.cancel(self.reason or "cancelled")
@@ -109,11 +114,17 @@ class CancellationToken:
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._cancelled
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block a worker thread until cancelled or `timeout` passes; True when cancelled."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._cancelled:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
 
 class ExecutionContext(ArtModel):

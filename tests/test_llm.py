@@ -301,10 +301,26 @@ async def test_a_stream_that_fails_after_delivering_chunks_is_not_retried(mid_st
 async def test_a_stream_that_fails_before_any_chunk_is_retried(scripted_model):
     model = scripted_model(synthesis=(rate_limit(), "fine"))
     run = make_run_context(retry_backoff_s=0)
+    collect(run)  # a listener, so the call streams
     result = await LLMClient().complete(
         run, phase="synthesis", model=model.model, messages=USER, span=run.span, stream=True
     )
     assert result.content == "fine" and len(model.calls) == 2
+    assert model.calls[-1].stream is True
+
+
+async def test_a_stream_nobody_listens_to_is_one_plain_call(scripted_model):
+    model = scripted_model(synthesis="The answer is 391.")
+    run = make_run_context()
+    logged: list = []
+    run.events.on("message:after", lambda data, context: logged.append(data))
+    result = await LLMClient().complete(
+        run, phase="synthesis", model=model.model, messages=USER, span=run.span, stream=True
+    )
+    assert model.calls[0].stream is False
+    assert result.content == "The answer is 391."
+    assert result.usage.total_tokens > 0
+    assert logged[0]["content"] == "The answer is 391."
 
 
 # -- retries and error codes ------------------------------------------------------------------
