@@ -26,6 +26,8 @@ __all__ = [
 REFERENCE_PATTERN = re.compile(
     r"\{\{\s*(?P<step>[A-Za-z0-9_\-]+)\.output(?P<path>(?:\.[^\s.{}]+)*)\s*\}\}"
 )
+# The same pattern with the step id as its only group, for findall.
+_STEP_IDS = re.compile(r"\{\{\s*([A-Za-z0-9_\-]+)\.output(?:\.[^\s.{}]+)*\s*\}\}")
 _MARKER = "{{"
 _SCALARS = frozenset({int, float, bool, type(None)})
 _MISSING = object()
@@ -41,19 +43,29 @@ class UnresolvedReferenceError(ValueError):
 
 
 def _collect(value: Any, found: list[str]) -> None:
+    # Strings inside containers are handled in the loops, without a call each: a plan of
+    # thousands of steps with dozens of references per step walks here once per step.
     kind = type(value)
     if kind is str:
         if _MARKER in value:
-            found.extend(match.group("step") for match in REFERENCE_PATTERN.finditer(value))
+            found.extend(_STEP_IDS.findall(value))
     elif kind in _SCALARS:
         return
     elif kind is dict or isinstance(value, Mapping):
         for item in value.values():
-            if type(item) not in _SCALARS:
+            item_kind = type(item)
+            if item_kind is str:
+                if _MARKER in item:
+                    found.extend(_STEP_IDS.findall(item))
+            elif item_kind not in _SCALARS:
                 _collect(item, found)
     elif kind is list or kind is tuple or isinstance(value, list | tuple):
         for item in value:
-            if type(item) not in _SCALARS:
+            item_kind = type(item)
+            if item_kind is str:
+                if _MARKER in item:
+                    found.extend(_STEP_IDS.findall(item))
+            elif item_kind not in _SCALARS:
                 _collect(item, found)
     elif isinstance(value, str):  # a str subclass
         _collect(str(value), found)

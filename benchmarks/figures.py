@@ -77,7 +77,7 @@ async def overhead(ctx: Context) -> list[Figure]:
                 lg_cache[shape.name] = []
                 lg_cpu[shape.name] = []
                 lg_build = build_s
-            art_per_step, cpu_per_step, walls, llms = [], [], [], []
+            art_per_step, cpu_per_step, gc_per_step, walls, llms = [], [], [], [], []
             for attempt in range(s.repeats + 1):
                 measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
                 if compiled is not None:
@@ -91,6 +91,7 @@ async def overhead(ctx: Context) -> list[Figure]:
                 llms.append(measure.llm_s)
                 art_per_step.append(measure.overhead_s() / shape.size * US)
                 cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
+                gc_per_step.append(measure.gc_cpu_s / shape.size * US)
             await instance.close()
             lg_samples = lg_cache.get(shape.name, [])
             details: dict[str, Any] = {
@@ -99,6 +100,9 @@ async def overhead(ctx: Context) -> list[Figure]:
                 "wall_ms_median": median(walls) * MS,
                 "llm_ms_median": median(llms) * MS,
                 "cpu_us_per_step_median": median(cpu_per_step),
+                # of the CPU time above, the garbage collector's (see docs/performance.md)
+                "gc_us_per_step_median": median(gc_per_step),
+                "cpu_us_per_step_min": min(cpu_per_step),
             }
             if compiled is not None:
                 details["langgraph_build_ms"] = lg_build * MS

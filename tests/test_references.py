@@ -124,3 +124,16 @@ def test_resolution_is_fast_enough_for_big_plans():
         timings.append((time.perf_counter() - started) / len(steps))
     per_step = min(timings)
     assert per_step < 100e-6, f"{per_step * 1e6:.1f} µs per step"
+
+
+def test_the_fast_id_scan_finds_what_the_full_pattern_finds():
+    from art.references import REFERENCE_PATTERN
+
+    texts = [
+        "a {{s1.output}} b {{ s-2.output.x.0 }} {{s3.outputs}} {{s_4.output.}}",
+        "{{s1.output.items.0.name}}{{s2.output}}",
+        "{{ bad id.output }} {{s5.output . x}} {{s6.output.a}}",
+    ]
+    for text in texts:
+        expected = [m.group("step") for m in REFERENCE_PATTERN.finditer(text)]
+        assert list(iter_references({"k": [text, {"n": text}], "t": text})) == expected * 3
