@@ -595,6 +595,21 @@ def _clean_text(value: Any) -> Any:
     return value
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _may_hold_surrogates(text: str) -> bool:
+    """Whether JSON read from `text` can hold surrogates: a `\\ud800`-style escape, or a
+    raw one in the text. Most replies have neither, and then the plan needs no walk."""
+    if _SURROGATE_ESCAPE.search(text):
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _plan_object(value: Any) -> dict[str, Any] | None:
     if isinstance(value, dict):
         if "steps" in value:
@@ -632,7 +647,7 @@ def extract_plan_data(text: str) -> tuple[dict[str, Any] | None, list[str]]:
             continue
         plan = _plan_object(value)
         if plan is not None:
-            return _clean_text(plan), []
+            return (_clean_text(plan) if _may_hold_surrogates(candidate) else plan), []
         if first_value in (None, "") and value not in (None, ""):
             first_value = value
     if too_deep and first_value in (None, ""):

@@ -767,3 +767,25 @@ def test_the_built_in_tools_demonstrate_valid_plans(tmp_path):
     for turn in turns[1::2]:
         plan, problems = parse_plan(turn["content"], registry)
         assert plan is not None and problems == []
+
+
+# -- text that UTF-8 cannot store -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        (r"\ud83d\ude00 ok", "\U0001f600 ok"),  # an escaped surrogate pair is one character
+        (r"half \ud83d", "half \ufffd"),  # a lone escaped surrogate is replaced
+        ("raw \ud83d", "raw \ufffd"),  # a lone surrogate in the reply text itself
+        ("plain é", "plain é"),
+    ],
+)
+def test_plan_text_is_always_storable_as_utf8(written, read):
+    reply = '{"steps": [{"id": "s1", "tool": null, "args": {"note": "NOTE"}}]}'
+    reply = reply.replace("NOTE", written)
+    data, problems = extract_plan_data(reply)
+    assert problems == []
+    note = data["steps"][0]["args"]["note"]
+    assert note == read
+    note.encode("utf-8")
