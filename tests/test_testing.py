@@ -22,6 +22,7 @@ USER = [{"role": "user", "content": "hello"}]
 
 async def ask(model: ScriptedModel, phase: str = "step", messages=USER, **kwargs):
     run = make_run_context(retry_backoff_s=0)
+    run.events.subscribe(lambda event: None)  # a listener: calls asked to stream do stream
     result = await LLMClient().complete(
         run, phase=phase, model=model.model, messages=messages, span=run.span, **kwargs
     )
