@@ -121,6 +121,18 @@ class MemoryStorage(StorageAdapter):
             stored.run_json = run_json
             self._touch(self._thread(stored.thread_id))
 
+    async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        run_json = dump_json(run, exclude={"steps"})
+        texts = [dump_json(message) for message in messages]
+        with self._lock:
+            stored = self._runs.get(run.run_id)
+            if stored is None:
+                raise KeyError(f"no run {run.run_id!r}")
+            stored.run_json = run_json
+            thread = self._thread(stored.thread_id)
+            thread.messages.extend(texts)
+            self._touch(thread)
+
     async def save_step(self, run_id: str, record: StepRecord) -> None:
         text = dump_json(record)
         with self._lock:

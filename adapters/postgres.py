@@ -288,20 +288,29 @@ class PostgresStorage(StorageAdapter):
 
     async def update_run(self, run: RunRecord) -> None:
         async with self._connection() as conn, conn.transaction():
-            cursor = await conn.execute(
-                "UPDATE runs SET status = %s, query = %s, updated_at = %s, data = %s"
-                " WHERE run_id = %s",
-                (
-                    run.status,
-                    run.query,
-                    _aware(run.updated_at),
-                    dump_json(run, exclude={"steps"}),
-                    run.run_id,
-                ),
-            )
-            if cursor.rowcount == 0:
-                raise KeyError(f"no run {run.run_id!r}")
-            await conn.execute(_TOUCH_THREAD, {"thread_id": run.thread_id, "now": utcnow()})
+            await self._update_run(conn, run)
+
+    async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await self._update_run(conn, run)
+            for message in messages:
+                await self._insert_message(conn, message)
+
+    @staticmethod
+    async def _update_run(conn: Any, run: RunRecord) -> None:
+        cursor = await conn.execute(
+            "UPDATE runs SET status = %s, query = %s, updated_at = %s, data = %s WHERE run_id = %s",
+            (
+                run.status,
+                run.query,
+                _aware(run.updated_at),
+                dump_json(run, exclude={"steps"}),
+                run.run_id,
+            ),
+        )
+        if cursor.rowcount == 0:
+            raise KeyError(f"no run {run.run_id!r}")
+        await conn.execute(_TOUCH_THREAD, {"thread_id": run.thread_id, "now": utcnow()})
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:
         async with self._connection() as conn:
@@ -381,17 +390,15 @@ class PostgresStorage(StorageAdapter):
     # -- conversation -------------------------------------------------------------
     async def append_message(self, message: ConversationMessage) -> None:
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO messages (message_id, thread_id, timestamp, data)"
-                " VALUES (%s, %s, %s, %s)",
-                (
-                    message.message_id,
-                    message.thread_id,
-                    _aware(message.timestamp),
-                    dump_json(message),
-                ),
-            )
-            await conn.execute(_TOUCH_THREAD, {"thread_id": message.thread_id, "now": utcnow()})
+            await self._insert_message(conn, message)
+
+    @staticmethod
+    async def _insert_message(conn: Any, message: ConversationMessage) -> None:
+        await conn.execute(
+            "INSERT INTO messages (message_id, thread_id, timestamp, data) VALUES (%s, %s, %s, %s)",
+            (message.message_id, message.thread_id, _aware(message.timestamp), dump_json(message)),
+        )
+        await conn.execute(_TOUCH_THREAD, {"thread_id": message.thread_id, "now": utcnow()})
 
     async def get_history(self, thread_id: str, *, limit: int = 20) -> list[ConversationMessage]:
         if limit <= 0:

@@ -390,6 +390,40 @@ def _checkpoint(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
+def _run_update(run: RunRecord) -> Callable[[sqlite3.Connection], None]:
+    """The write that stores a run's state (not its steps); the JSON is made now."""
+    data = dump_json(run, exclude={"steps"})
+    args = (run.status, run.query, timestamp_key(run.updated_at), data, run.run_id)
+    now = timestamp_key(utcnow())
+
+    def write(conn: sqlite3.Connection) -> None:
+        cursor = conn.execute(
+            "UPDATE runs SET status = ?, query = ?, updated_at = ?, data = ? WHERE run_id = ?",
+            args,
+        )
+        if cursor.rowcount == 0:
+            raise KeyError(f"no run {run.run_id!r}")
+        conn.execute(_TOUCH_THREAD, (run.thread_id, now))
+
+    return write
+
+
+def _message_insert(message: ConversationMessage) -> Callable[[sqlite3.Connection], None]:
+    """The write that appends one message to its thread's history."""
+    args = (message.message_id, message.thread_id, timestamp_key(message.timestamp))
+    args += (dump_json(message),)
+    now = timestamp_key(utcnow())
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO messages (message_id, thread_id, timestamp, data) VALUES (?, ?, ?, ?)",
+            args,
+        )
+        conn.execute(_TOUCH_THREAD, (message.thread_id, now))
+
+    return write
+
+
 class SQLiteStorage(StorageAdapter):
     """Storage in one SQLite file; `sqlite:///relative.db`, `sqlite:////abs/path.db`."""
 
@@ -525,18 +559,14 @@ class SQLiteStorage(StorageAdapter):
         )
 
     async def update_run(self, run: RunRecord) -> None:
-        data = dump_json(run, exclude={"steps"})
-        args = (run.status, run.query, timestamp_key(run.updated_at), data, run.run_id)
-        now = timestamp_key(utcnow())
+        await self._write(_run_update(run))
 
-        def write(conn: sqlite3.Connection) -> None:
-            cursor = conn.execute(
-                "UPDATE runs SET status = ?, query = ?, updated_at = ?, data = ? WHERE run_id = ?",
-                args,
-            )
-            if cursor.rowcount == 0:
-                raise KeyError(f"no run {run.run_id!r}")
-            conn.execute(_TOUCH_THREAD, (run.thread_id, now))
+    async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        writes = [_run_update(run), *(_message_insert(message) for message in messages)]
+
+        def write(conn: sqlite3.Connection) -> None:  # one transaction: all or nothing
+            for each in writes:
+                each(conn)
 
         await self._write(write)
 
@@ -635,22 +665,7 @@ class SQLiteStorage(StorageAdapter):
 
     # -- conversation -------------------------------------------------------------
     async def append_message(self, message: ConversationMessage) -> None:
-        args = (
-            message.message_id,
-            message.thread_id,
-            timestamp_key(message.timestamp),
-            dump_json(message),
-        )
-        now = timestamp_key(utcnow())
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO messages (message_id, thread_id, timestamp, data) VALUES (?, ?, ?, ?)",
-                args,
-            )
-            conn.execute(_TOUCH_THREAD, (message.thread_id, now))
-
-        await self._write(write)
+        await self._write(_message_insert(message))
 
     async def get_history(self, thread_id: str, *, limit: int = 20) -> list[ConversationMessage]:
         if limit <= 0:

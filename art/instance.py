@@ -781,12 +781,10 @@ class _Session:
         record.answer = result.content
         record.error = None
         self._sync_counters()
-        await storage.update_run(record)
         response = self._response(status, result.content)
-        await storage.append_message(
-            ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
-        )
-        await storage.append_message(response.response)
+        question = ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
+        # The run's end and its exchange in one write: a crash keeps both or neither.
+        await storage.finish_run(record, [question, response.response])
         return response
 
     # -- endings ------------------------------------------------------------------------

@@ -127,6 +127,18 @@ class StorageAdapter(ABC):
     async def save_step(self, run_id: str, record: StepRecord) -> None:
         """Insert or replace one step record, committed before returning."""
 
+    async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        """Store the run's final state and append `messages` (the exchange) to the history
+        of its thread, as one write: after a crash both are stored or neither, so a
+        finished run never lacks its exchange and a resumed one never adds it twice.
+
+        This default writes one after the other, which is not atomic; the built-in
+        adapters override it with one transaction, and so should any durable adapter.
+        """
+        await self.update_run(run)
+        for message in messages:
+            await self.append_message(message)
+
     # -- suspensions --------------------------------------------------------------
     @abstractmethod
     async def add_suspension(self, suspension: Suspension) -> None: ...

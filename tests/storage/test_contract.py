@@ -334,6 +334,80 @@ async def test_concurrent_decisions_from_two_instances(durable_factory) -> None:
 # -- conversation -----------------------------------------------------------------------
 
 
+async def test_finish_run_stores_the_end_and_the_exchange_together(
+    storage: StorageAdapter,
+) -> None:
+    run = make_run("t-finish")
+    await storage.create_run(run)
+    run.status, run.answer = "completed", "391"
+    exchange = [
+        ConversationMessage(thread_id="t-finish", role="user", content=run.query),
+        ConversationMessage(thread_id="t-finish", role="assistant", content="391"),
+    ]
+    await storage.finish_run(run, exchange)
+
+    stored = await storage.get_run(run.run_id)
+    assert stored is not None and (stored.status, stored.answer) == ("completed", "391")
+    assert await storage.get_active_run("t-finish") is None
+    history = await storage.get_history("t-finish")
+    assert [(m.role, m.content) for m in history] == [("user", run.query), ("assistant", "391")]
+
+
+async def test_finish_run_of_an_unknown_run_writes_nothing(storage: StorageAdapter) -> None:
+    ghost = make_run("t-ghost")
+    message = ConversationMessage(thread_id="t-ghost", role="user", content="lost?")
+    with pytest.raises(KeyError):
+        await storage.finish_run(ghost, [message])
+    assert await storage.get_history("t-ghost") == []
+
+
+async def test_finish_run_is_one_transaction_on_durable_storage(
+    durable_factory, monkeypatch
+) -> None:
+    from art.adapters import postgres, sqlite
+
+    storage = await durable_factory()
+    run = make_run("t-atomic")
+    await storage.create_run(run)
+    await storage.append_message(
+        ConversationMessage(thread_id="t-atomic", role="user", content="earlier")
+    )
+
+    # The second message's insert fails, after the run's update ran in the transaction.
+    class DiskFull(Exception):
+        pass
+
+    def failing_second(insert):
+        calls = []
+
+        def wrapped(*args):
+            calls.append(args)
+            if len(calls) == 2:
+                raise DiskFull
+            return insert(*args)
+
+        return wrapped
+
+    if isinstance(storage, sqlite.SQLiteStorage):
+        monkeypatch.setattr(sqlite, "_message_insert", failing_second(sqlite._message_insert))
+    else:
+        assert isinstance(storage, postgres.PostgresStorage)
+        insert = failing_second(postgres.PostgresStorage._insert_message)
+        monkeypatch.setattr(postgres.PostgresStorage, "_insert_message", staticmethod(insert))
+
+    run.status = "completed"
+    exchange = [
+        ConversationMessage(thread_id="t-atomic", role=role, content=role)
+        for role in ("user", "assistant")
+    ]
+    with pytest.raises(DiskFull):
+        await storage.finish_run(run, exchange)
+
+    stored = await storage.get_run(run.run_id)
+    assert stored is not None and stored.status == "running"  # the update was rolled back
+    assert [m.content for m in await storage.get_history("t-atomic")] == ["earlier"]
+
+
 async def test_history_keeps_the_last_messages_oldest_first(storage: StorageAdapter) -> None:
     messages = [
         ConversationMessage(
