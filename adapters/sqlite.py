@@ -189,6 +189,13 @@ class _Job:
 
 
 def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
+    # A cursor must not leave the connection's thread: when another thread drops it, its
+    # finalizer resets the prepared statement while this thread may be running the same
+    # cached statement (SQLite then reports "bad parameter or other API misuse"). Jobs
+    # return plain values; a cursor that slips through is closed here, on this thread.
+    if isinstance(result, sqlite3.Cursor):
+        result.close()
+        result = None
     if job.loop is None:
         return
     # RuntimeError: the caller's event loop is closed, so nobody is waiting.
@@ -351,6 +358,9 @@ class _InlineWriter:
                 return False, None
             try:
                 result = fn(self.conn)
+                if isinstance(result, sqlite3.Cursor):  # other threads share this connection
+                    result.close()
+                    result = None
                 self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
@@ -384,6 +394,11 @@ class _InlineWriter:
 
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> None:
+    """One statement whose cursor stays here (see `_notify`)."""
+    conn.execute(sql, args)
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:
@@ -578,7 +593,7 @@ class SQLiteStorage(StorageAdapter):
             if inline is not None and inline.try_statement(_SAVE_STEP, args):
                 self._after_inline_commit(inline)
                 return
-            await self._call(lambda conn: conn.execute(_SAVE_STEP, args), write=True)
+            await self._call(lambda conn: _execute(conn, _SAVE_STEP, args), write=True)
         except sqlite3.IntegrityError as exc:  # the foreign key: no such run
             raise KeyError(f"no run {run_id!r}") from exc
 
@@ -694,13 +709,15 @@ class SQLiteStorage(StorageAdapter):
         ]
         if not rows:
             return
-        await self._write(
-            lambda conn: conn.executemany(
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(
                 "INSERT INTO events (thread_id, run_id, name, timestamp, data)"
                 " VALUES (?, ?, ?, ?, ?)",
                 rows,
             )
-        )
+
+        await self._write(write)
 
     async def query_events(
         self,
