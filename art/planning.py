@@ -174,8 +174,8 @@ _SCHEMA_NOISE = frozenset(
 _COMPACT_NOISE = _SCHEMA_NOISE | {"description", "pattern", "format"}
 _SHORT_DESCRIPTION_CHARS = 160
 # A tool's examples without a description are shown in its entry (the compact prompt
-# keeps the first); the first example with one, the request it answers, becomes a
-# demonstration turn, for at most _DEMONSTRATIONS tools.
+# keeps the first); those with one (the request they answer) are candidates for the
+# demonstration turns, at most _DEMONSTRATIONS of them (see render_demonstrations).
 _EXAMPLES_SHOWN = 3
 _DEMONSTRATIONS = 4
 _EXAMPLE_OUTPUT_CHARS = 120
@@ -307,40 +307,10 @@ def _system_prompt(
 _WORD = re.compile(r"[^\W_]+|[-+*/^%=<>]")
 # Words too common to tell two requests apart.
 _COMMON_WORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "do",
-        "does",
-        "for",
-        "from",
-        "how",
-        "i",
-        "in",
-        "is",
-        "it",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "please",
-        "the",
-        "then",
-        "to",
-        "what",
-        "which",
-        "with",
-        "you",
-    ]
-)
+    {"a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from",
+     "how", "i", "in", "is", "it", "me", "my", "of", "on", "or", "please", "the", "then",
+     "to", "what", "which", "with", "you"}
+)  # fmt: skip
 
 
 def _words(text: str) -> set[str]:
