@@ -8,6 +8,7 @@ be indexed into: `{{s1.output.items.0}}` works when step s1 returned '{"items": 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,13 +43,19 @@ class UnresolvedReferenceError(ValueError):
         self.path = path
 
 
+@functools.lru_cache(maxsize=4096)
+def _ids_in(text: str) -> tuple[str, ...]:
+    """The step ids `text` references; cached, as plans repeat their reference strings."""
+    return tuple(_STEP_IDS.findall(text))
+
+
 def _collect(value: Any, found: list[str]) -> None:
     # Strings inside containers are handled in the loops, without a call each: a plan of
     # thousands of steps with dozens of references per step walks here once per step.
     kind = type(value)
     if kind is str:
         if _MARKER in value:
-            found.extend(_STEP_IDS.findall(value))
+            found.extend(_ids_in(value))
     elif kind in _SCALARS:
         return
     elif kind is dict or isinstance(value, Mapping):
@@ -56,7 +63,7 @@ def _collect(value: Any, found: list[str]) -> None:
             item_kind = type(item)
             if item_kind is str:
                 if _MARKER in item:
-                    found.extend(_STEP_IDS.findall(item))
+                    found.extend(_ids_in(item))
             elif item_kind not in _SCALARS:
                 _collect(item, found)
     elif kind is list or kind is tuple or isinstance(value, list | tuple):
@@ -64,7 +71,7 @@ def _collect(value: Any, found: list[str]) -> None:
             item_kind = type(item)
             if item_kind is str:
                 if _MARKER in item:
-                    found.extend(_STEP_IDS.findall(item))
+                    found.extend(_ids_in(item))
             elif item_kind not in _SCALARS:
                 _collect(item, found)
     elif isinstance(value, str):  # a str subclass
@@ -113,20 +120,50 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
                 resolved[key] = new
         return value if resolved is None else resolved
     if isinstance(value, list | tuple):
-        items = [resolve_references(item, outputs) for item in value]
-        if all(new is old for new, old in zip(items, value, strict=True)):
+        # Strings, the usual item, are handled here without a call each.
+        items = []
+        changed = False
+        for item in value:
+            item_kind = type(item)
+            if item_kind is str:
+                new = _resolve_string(item, outputs) if _MARKER in item else item
+            elif item_kind in _SCALARS:
+                new = item
+            else:
+                new = resolve_references(item, outputs)
+            changed = changed or new is not item
+            items.append(new)
+        if not changed:
             return value
         return tuple(items) if isinstance(value, tuple) else items
     return value
 
 
-def _resolve_string(text: str, outputs: Mapping[str, Any]) -> Any:
+@functools.lru_cache(maxsize=4096)
+def _whole_reference(text: str) -> tuple[str, tuple[str, ...], str] | None:
+    """(step id, path, reference) when `text` is one reference and nothing else.
+
+    Cached: a plan repeats its reference strings (every step of a layer may name the
+    same outputs), and each is resolved once per step that holds it.
+    """
     whole = REFERENCE_PATTERN.fullmatch(text.strip())
+    if whole is None:
+        return None
+    return _parts(whole)
+
+
+def _parts(match: re.Match[str]) -> tuple[str, tuple[str, ...], str]:
+    raw_path = match.group("path")
+    return match.group("step"), tuple(raw_path[1:].split(".")) if raw_path else (), match[0]
+
+
+def _resolve_string(text: str, outputs: Mapping[str, Any]) -> Any:
+    whole = _whole_reference(text)
     if whole is not None:
-        return _lookup(whole, outputs)
+        return _lookup(*whole, outputs)
     if REFERENCE_PATTERN.search(text) is None:
         return text
-    return REFERENCE_PATTERN.sub(lambda m: _as_text(_lookup(m, outputs)), text)
+    return REFERENCE_PATTERN.sub(lambda m: _as_text(_lookup(*_parts(m), outputs)), text)
 
 
 def _as_text(value: Any) -> str:
@@ -189,11 +226,9 @@ def _step(current: Any, segment: str) -> Any:
     return _MISSING
 
 
-def _lookup(match: re.Match[str], outputs: Mapping[str, Any]) -> Any:
-    step_id = match.group("step")
-    raw_path = match.group("path")
-    path = tuple(raw_path[1:].split(".")) if raw_path else ()
-    reference = match.group(0)
+def _lookup(step_id: str, path: tuple[str, ...], reference: str, outputs: Mapping[str, Any]) -> Any:
+    if not path and step_id in outputs:
+        return outputs[step_id]
     if step_id not in outputs:
         raise UnresolvedReferenceError(
             f"{reference}: step {step_id!r} has no output (it is not a finished dependency)",
