@@ -20,13 +20,27 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+# Runs a script as if the local extra were not installed, whether or not it is.
+WITHOUT_LOCAL = (
+    "import runpy, sys; import art.adapters.local as local; "
+    "local.available = lambda: False; sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
 def run_example(
-    name: str, *args: str, cwd: Path, timeout: float = 180, env: dict | None = None
+    name: str,
+    *args: str,
+    cwd: Path,
+    timeout: float = 180,
+    env: dict | None = None,
+    without_local: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
     environment.pop("ART_MODEL", None)  # never a real provider
+    prelude = ["-c", WITHOUT_LOCAL] if without_local else []
     return subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
+        [sys.executable, *prelude, str(EXAMPLES / name), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -88,27 +102,8 @@ def test_quickstart_as_written_uses_the_local_demo_model(tmp_path):
     assert "note: SmolLM2-135M is a demo-sized model" in out
 
 
-# Runs the quickstart as if the local extra were not installed, whether or not it is.
-WITHOUT_LOCAL = (
-    "import runpy, sys; import art.adapters.local as local; "
-    "local.available = lambda: False; sys.argv = [sys.argv[1]]; "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
-)
-
-
 def test_quickstart_as_written_falls_back_to_the_scripted_model_with_a_note(tmp_path):
-    environment = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    environment.pop("ART_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_LOCAL, str(EXAMPLES / "quickstart.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=environment,
-        stdin=subprocess.DEVNULL,
-    )
-    out = _ok(done)
+    out = _ok(run_example("quickstart.py", cwd=tmp_path, without_local=True))
     assert "note: the offline demo model is not installed" in out
     assert SUMMARY.search(out), out
 
