@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import re
 import shutil
@@ -18,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import structlog
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -58,15 +56,8 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """Every command configures logging (WARNING to stderr); undo it after each test."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
+# Every command configures logging (WARNING to stderr); undo it after each test.
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.fixture

@@ -14,15 +14,8 @@ from art.logging import configure_logging
 KEY = "sk-proj-abcdefghijklmnop1234"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """Each test configures logging globally; put the defaults back afterwards."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
+# Each test configures logging globally; put the defaults back afterwards.
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def _json_lines(text: str) -> list[dict]:
