@@ -125,6 +125,11 @@ class EventBus:
     def wants(self, name: str) -> bool:
         return bool(self._subscribers or self._hooks.get(name) or self._hooks.get(ALL_EVENTS))
 
+    def listened(self, name: str) -> bool:
+        """Whether a hook or subscriber would see `name` (the same as `wants` here; a
+        run's `RunEvents` also wants events it only logs)."""
+        return self.wants(name)
+
     # -- emission -----------------------------------------------------------------
     async def emit(
         self,
@@ -262,7 +267,7 @@ class RunEvents:
         span: SpanContext | None = None,
     ) -> dict[str, Any]:
         """Like `EventBus.emit`; the event also reaches the run's sinks and log."""
-        if self.sinks or self.bus.wants(name):
+        if self.listened(name):
             data = await self.bus.emit(
                 name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
             )

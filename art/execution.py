@@ -530,8 +530,7 @@ class Executor:
         # A tool's own progress notes are logged; the start and end updates are not, so
         # they are emitted only when a hook, subscriber or stream is there to see them.
         wants_updates = events.wants("tool:update")
-        live = getattr(events, "listened", None)
-        live_updates = live("tool:update") if live is not None else wants_updates
+        live_updates = events.listened("tool:update")
         if live_updates:
             await self._emit(
                 "tool:update",
@@ -839,8 +838,7 @@ class Executor:
         events = self._events
         # `in_progress` is never stored in the run's event log: emit it only when a hook,
         # subscriber or stream is there to see it.
-        live = getattr(events, "listened", None)
-        wanted = live if record.status == "in_progress" and live is not None else events.wants
+        wanted = events.listened if record.status == "in_progress" else events.wants
         if not wanted("step:status"):
             return
         data: dict[str, Any] = {
