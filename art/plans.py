@@ -398,13 +398,10 @@ def _argument_problems(step: Step, registry: Any) -> list[str]:
         if from_references
         else step.args
     )
-    fast_check = _fast_check(registry, step.tool or "")
-    if fast_check is not None:
-        try:
-            if fast_check(static_args):
-                return []
-        except Exception:  # a value jsonschema-rs cannot read: jsonschema decides
-            pass
+    from art.registry import passes_fast_check
+
+    if passes_fast_check(_fast_check(registry, step.tool or ""), static_args):
+        return []
     problems = []
     for error in sorted(
         validator.iter_errors(static_args), key=lambda e: ([str(p) for p in e.path], e.message)

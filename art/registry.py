@@ -32,6 +32,7 @@ __all__ = [
     "build_fast_check",
     "build_validator",
     "input_errors",
+    "passes_fast_check",
 ]
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -71,6 +72,17 @@ def build_fast_check(input_schema: dict[str, Any]) -> FastCheck | None:
     return compiled.is_valid
 
 
+def passes_fast_check(fast_check: FastCheck | None, args: Any) -> bool:
+    """True when `fast_check` says `args` are valid; False when it says no, cannot read
+    them (bytes, datetimes, ...) or there is none: then jsonschema decides."""
+    if fast_check is None:
+        return False
+    try:
+        return bool(fast_check(args))
+    except Exception:
+        return False
+
+
 def input_errors(
     validator: Validator, args: Any, *, fast_check: FastCheck | None = None
 ) -> list[str]:
@@ -83,12 +95,8 @@ def input_errors(
     """
     if not isinstance(args, Mapping):
         return [f"$: arguments must be a JSON object, got {type(args).__name__}"]
-    if fast_check is not None:
-        try:
-            if fast_check(args):
-                return []
-        except Exception:  # a value jsonschema-rs cannot read (bytes, datetime, ...)
-            pass
+    if passes_fast_check(fast_check, args):
+        return []
     errors = sorted(
         validator.iter_errors(args), key=lambda e: ([str(p) for p in e.path], e.message)
     )
