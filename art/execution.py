@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
 from art.events import HookVeto
-from art.plans import Plan, Step
+from art.plans import Plan, Step, never_ready
 from art.responses import RunError, StepRecord, utcnow
 from art.serialization import safe_stringify
 from art.spans import SpanContext
@@ -120,18 +120,8 @@ class Readiness:
         self._check_acyclic()
 
     def _check_acyclic(self) -> None:
-        counts = dict(self._waiting)
-        queue = [step for step, count in counts.items() if count == 0]
-        seen = 0
-        while queue:
-            step = queue.pop()
-            seen += 1
-            for dependent in self._dependents.get(step, ()):
-                counts[dependent] -= 1
-                if counts[dependent] == 0:
-                    queue.append(dependent)
-        if seen != len(counts):
-            stuck = sorted(step for step, count in counts.items() if count > 0)
+        stuck = sorted(never_ready(self._waiting, self._dependents))
+        if stuck:
             raise CycleError(f"the steps {stuck} depend on each other in a cycle", stuck)
 
     def start(self) -> list[str]:

@@ -366,7 +366,7 @@ def _cycle_problems(plan: Plan) -> list[str]:
 
 
 def _acyclic(plan: Plan) -> bool:
-    """Kahn's count over the plan's own steps (self-dependencies are reported apart)."""
+    """No cycle among the plan's own steps (self-dependencies are reported apart)."""
     dependents: dict[str, set[str]] = {step.id: set() for step in plan.steps}
     for step in plan.steps:
         for dependency in step.all_dependencies:
@@ -376,15 +376,21 @@ def _acyclic(plan: Plan) -> bool:
     for targets in dependents.values():
         for target in targets:
             waiting[target] += 1
-    ready = [step_id for step_id, count in waiting.items() if count == 0]
-    seen = 0
+    return not never_ready(waiting, dependents)
+
+
+def never_ready(waiting: Mapping[str, int], dependents: Mapping[str, Iterable[str]]) -> list[str]:
+    """Kahn's count: the steps that never become ready, because they are on a cycle or
+    wait for one. `waiting` is each step's number of unfinished dependencies,
+    `dependents` the steps waiting for each step."""
+    counts = dict(waiting)
+    ready = [step_id for step_id, count in counts.items() if count == 0]
     while ready:
-        seen += 1
-        for target in dependents[ready.pop()]:
-            waiting[target] -= 1
-            if waiting[target] == 0:
+        for target in dependents.get(ready.pop(), ()):
+            counts[target] -= 1
+            if counts[target] == 0:
                 ready.append(target)
-    return seen == len(waiting)
+    return [step_id for step_id, count in counts.items() if count > 0]
 
 
 def _argument_problems(step: Step, registry: Any) -> list[str]:
