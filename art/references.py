@@ -27,8 +27,6 @@ __all__ = [
 REFERENCE_PATTERN = re.compile(
     r"\{\{\s*(?P<step>[A-Za-z0-9_\-]+)\.output(?P<path>(?:\.[^\s.{}]+)*)\s*\}\}"
 )
-# The same pattern with the step id as its only group, for findall.
-_STEP_IDS = re.compile(r"\{\{\s*([A-Za-z0-9_\-]+)\.output(?:\.[^\s.{}]+)*\s*\}\}")
 _MARKER = "{{"
 _SCALARS = frozenset({int, float, bool, type(None)})
 _MISSING = object()
@@ -46,7 +44,7 @@ class UnresolvedReferenceError(ValueError):
 @functools.lru_cache(maxsize=4096)
 def _ids_in(text: str) -> tuple[str, ...]:
     """The step ids `text` references; cached, as plans repeat their reference strings."""
-    return tuple(_STEP_IDS.findall(text))
+    return tuple(match["step"] for match in REFERENCE_PATTERN.finditer(text))
 
 
 def _collect(value: Any, found: list[str]) -> None:
@@ -58,24 +56,22 @@ def _collect(value: Any, found: list[str]) -> None:
             found.extend(_ids_in(value))
     elif kind in _SCALARS:
         return
-    elif kind is dict or isinstance(value, Mapping):
-        for item in value.values():
-            item_kind = type(item)
-            if item_kind is str:
-                if _MARKER in item:
-                    found.extend(_ids_in(item))
-            elif item_kind not in _SCALARS:
-                _collect(item, found)
-    elif kind is list or kind is tuple or isinstance(value, list | tuple):
-        for item in value:
-            item_kind = type(item)
-            if item_kind is str:
-                if _MARKER in item:
-                    found.extend(_ids_in(item))
-            elif item_kind not in _SCALARS:
-                _collect(item, found)
     elif isinstance(value, str):  # a str subclass
         _collect(str(value), found)
+    else:
+        if kind is dict or isinstance(value, Mapping):
+            items = value.values()
+        elif kind is list or kind is tuple or isinstance(value, list | tuple):
+            items = value
+        else:
+            return
+        for item in items:
+            item_kind = type(item)
+            if item_kind is str:
+                if _MARKER in item:
+                    found.extend(_ids_in(item))
+            elif item_kind not in _SCALARS:
+                _collect(item, found)
 
 
 def iter_references(value: Any) -> Iterator[str]:

@@ -121,7 +121,7 @@ def test_lists_and_tuples_are_copied_only_when_something_changed():
     assert resolved == (5, "b") and isinstance(resolved, tuple)
 
 
-def test_the_fast_id_scan_finds_what_the_full_pattern_finds():
+def test_the_cached_id_scan_finds_what_the_full_pattern_finds():
     from art.references import REFERENCE_PATTERN
 
     texts = [
