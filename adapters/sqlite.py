@@ -425,8 +425,12 @@ def _run_update(run: RunRecord) -> Callable[[sqlite3.Connection], None]:
 
 def _message_insert(message: ConversationMessage) -> Callable[[sqlite3.Connection], None]:
     """The write that appends one message to its thread's history."""
-    args = (message.message_id, message.thread_id, timestamp_key(message.timestamp))
-    args += (dump_json(message),)
+    args = (
+        message.message_id,
+        message.thread_id,
+        timestamp_key(message.timestamp),
+        dump_json(message),
+    )
     now = timestamp_key(utcnow())
 
     def write(conn: sqlite3.Connection) -> None:
