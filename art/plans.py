@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from art._models import ArtModel
 from art.references import iter_references
@@ -43,6 +44,9 @@ _STEP_ALIASES: dict[str, str] = {
     "tool_name": "tool",
     "toolName": "tool",
 }
+# (alias, field name, field alias): an alias is used only when neither spelling is there.
+_STEP_RENAMES = tuple((alias, name, to_camel(name)) for alias, name in _STEP_ALIASES.items())
+_STEP_FIELD_KEYS = frozenset({"id", "description", "tool", "args", "depends_on", "dependsOn"})
 _NO_TOOL = frozenset({"", "none", "null", "reasoning", "llm"})
 _REFERENCE_CACHE = "_art_reference_index"
 
@@ -56,26 +60,29 @@ class Step(ArtModel):
     args: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
 
+    # The validators below run for every step of plans of thousands of steps: each
+    # checks the type first and does nothing more for the values an LLM usually writes.
     @model_validator(mode="before")
     @classmethod
     def _llm_spellings(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):
             return value
         data = dict(value)
-        for alias, name in _STEP_ALIASES.items():
-            if alias in data and name not in data and _camel(name) not in data:
-                data[name] = data.pop(alias)
+        if not data.keys() <= _STEP_FIELD_KEYS:
+            for alias, name, camel in _STEP_RENAMES:
+                if alias in data and name not in data and camel not in data:
+                    data[name] = data.pop(alias)
         return data
 
     @field_validator("id", mode="before")
     @classmethod
     def _id_text(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        return value if type(value) is str else _int_as_text(value)
 
     @field_validator("description", mode="before")
     @classmethod
     def _description_text(cls, value: Any) -> Any:
-        return _as_text(value)
+        return value if type(value) is str else _as_text(value)
 
     @field_validator("tool", mode="before")
     @classmethod
@@ -92,13 +99,7 @@ class Step(ArtModel):
     @field_validator("depends_on", mode="before")
     @classmethod
     def _none_deps(cls, value: Any) -> Any:
-        if value is None:
-            return []
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, list):
-            return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
-        return value
+        return _dependency_ids(value)
 
     @property
     def references(self) -> list[str]:
@@ -155,9 +156,23 @@ def _as_text(value: Any) -> Any:
     return value
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
+def _int_as_text(value: Any) -> Any:
+    """An id an LLM wrote as a number becomes text; anything else is validated."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _dependency_ids(value: Any) -> Any:
+    """`dependsOn` as a list of ids: null is none, one id is a list of one, numbers are text."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        try:
+            "".join(value)  # raises TypeError unless every item is text, the usual case
+        except TypeError:
+            return [_int_as_text(item) for item in value]
+    return value
 
 
 class Plan(ArtModel):
@@ -286,58 +301,91 @@ def validate_plan(
     `completed` holds ids of steps that finished in an earlier plan (replanning): they
     may be depended on and referenced, but not defined again.
     """
+    from art.registry import passes_fast_check
+
     done = frozenset(completed)
     problems: list[str] = []
-    ids = [step.id for step in plan.steps]
-    defined = set(ids)
+    steps = plan.steps
+    defined = {step.id for step in steps}
     tool_names = list(registry.names())
     known_tools = set(tool_names)
+    # Each tool's (validator, fast check), looked up once per plan rather than per step.
+    checks: dict[str, tuple[Any, Any]] = {}
+    # Ids a step may depend on with nothing to report: earlier steps, and finished steps
+    # the plan does not define again. While every step depends on such ids only, the
+    # steps are in running order and cannot form a cycle, so the cycle search is skipped.
+    # With duplicate ids no step takes this shortcut (one id would name two steps).
+    earlier = set(done - defined) if len(defined) == len(steps) else None
+    in_order = earlier is not None
 
     first_seen: dict[str, int] = {}
-    for position, step in enumerate(plan.steps, start=1):
-        label = f"step {step.id!r}"
-        if not step.id.strip():
+    for position, step in enumerate(steps, start=1):
+        step_id = step.id
+        if not step_id.strip():
             problems.append(f"step {position} has an empty id; give every step an id like 's1'")
-        elif step.id in first_seen:
+        elif step_id in first_seen:
             problems.append(
-                f"duplicate step id {step.id!r} (steps {first_seen[step.id]} and {position}); "
+                f"duplicate step id {step_id!r} (steps {first_seen[step_id]} and {position}); "
                 "every step needs its own id"
             )
         else:
-            first_seen[step.id] = position
-        if step.id in done:
+            first_seen[step_id] = position
+        if step_id in done:
             problems.append(
-                f"{label} is already finished in the earlier plan; do not define it again "
-                f"(refer to its output as {{{{{step.id}.output}}}} and use a new id)"
+                f"step {step_id!r} is already finished in the earlier plan; do not define it "
+                f"again (refer to its output as {{{{{step_id}.output}}}} and use a new id)"
             )
 
-        if step.tool is not None and step.tool not in known_tools:
+        tool = step.tool
+        if tool is not None and tool not in known_tools:
             known = ", ".join(tool_names) if tool_names else "none"
             problems.append(
-                f"{label} uses unknown tool {step.tool!r}; known tools: {known} "
+                f"step {step_id!r} uses unknown tool {tool!r}; known tools: {known} "
                 "(use tool null for a reasoning step)"
             )
 
-        for dependency in dict.fromkeys(step.depends_on):
-            if dependency == step.id:
-                problems.append(f"{label} depends on itself")
-            elif dependency not in defined and dependency not in done:
-                problems.append(
-                    f"{label} depends on {dependency!r}, which is not a step of the plan"
-                )
-        for reference in step.references:
-            if reference == step.id:
-                problems.append(f"{label} references its own output {{{{{step.id}.output}}}}")
-            elif reference not in defined and reference not in done:
-                problems.append(
-                    f"{label} references {{{{{reference}.output}}}}, "
-                    f"but there is no step {reference!r}"
-                )
+        references = step._reference_index()[1]
+        if earlier is None or not (
+            earlier.issuperset(step.depends_on) and earlier.issuperset(references)
+        ):
+            in_order = False
+            problems.extend(_dependency_problems(step, references, defined, done))
+        if earlier is not None:
+            earlier.add(step_id)
 
-        if step.tool is not None and step.tool in known_tools:
-            problems.extend(_argument_problems(step, registry))
+        if tool is not None and tool in known_tools:
+            check = checks.get(tool)
+            if check is None:
+                check = checks[tool] = (_validator(registry, tool), _fast_check(registry, tool))
+            validator, fast_check = check
+            if validator is not None:
+                static_args = _static_args(step)
+                if not passes_fast_check(fast_check, static_args):
+                    problems.extend(_argument_problems(step, validator, static_args))
 
-    problems.extend(_cycle_problems(plan))
+    if not in_order:
+        problems.extend(_cycle_problems(plan))
+    return problems
+
+
+def _dependency_problems(
+    step: Step, references: Iterable[str], defined: set[str], done: frozenset[str]
+) -> list[str]:
+    """Dependencies and references of `step` on itself or on steps that do not exist."""
+    problems = []
+    label = f"step {step.id!r}"
+    for dependency in dict.fromkeys(step.depends_on):
+        if dependency == step.id:
+            problems.append(f"{label} depends on itself")
+        elif dependency not in defined and dependency not in done:
+            problems.append(f"{label} depends on {dependency!r}, which is not a step of the plan")
+    for reference in references:
+        if reference == step.id:
+            problems.append(f"{label} references its own output {{{{{step.id}.output}}}}")
+        elif reference not in defined and reference not in done:
+            problems.append(
+                f"{label} references {{{{{reference}.output}}}}, but there is no step {reference!r}"
+            )
     return problems
 
 
@@ -393,21 +441,17 @@ def never_ready(waiting: Mapping[str, int], dependents: Mapping[str, Iterable[st
     return [step_id for step_id, count in counts.items() if count > 0]
 
 
-def _argument_problems(step: Step, registry: Any) -> list[str]:
-    """Schema violations of the arguments that do not come from references."""
-    validator = _validator(registry, step.tool or "")
-    if validator is None:
-        return []
+def _static_args(step: Step) -> dict[str, Any]:
+    """The arguments that do not come from references (those are checked at run time)."""
     from_references = step.referencing_args
-    static_args = (
-        {k: v for k, v in step.args.items() if k not in from_references}
-        if from_references
-        else step.args
-    )
-    from art.registry import passes_fast_check
+    if not from_references:
+        return step.args
+    return {k: v for k, v in step.args.items() if k not in from_references}
 
-    if passes_fast_check(_fast_check(registry, step.tool or ""), static_args):
-        return []
+
+def _argument_problems(step: Step, validator: Any, static_args: dict[str, Any]) -> list[str]:
+    """Schema violations of `static_args`, the arguments of `step` without references."""
+    from_references = step.referencing_args
     problems = []
     for error in sorted(
         validator.iter_errors(static_args), key=lambda e: ([str(p) for p in e.path], e.message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from art.plans import Plan, Step, validate_plan
 from art.registry import ToolRegistry
@@ -78,6 +79,30 @@ def test_common_llm_spellings_are_understood():
     # The wire name wins when both are present.
     both = Step.model_validate({"id": "s1", "args": {"x": 1}, "arguments": {"y": 2}})
     assert both.args == {"x": 1}
+
+
+class Text(str):
+    pass
+
+
+def test_ids_written_as_numbers_become_text_and_other_values_are_left_to_fail():
+    step = Step.model_validate({"id": 7, "dependsOn": [1, "s2", Text("s3")]})
+    assert (step.id, step.depends_on) == ("7", ["1", "s2", "s3"])
+    assert Step.model_validate({"id": Text("s1"), "description": 2.5}).description == "2.5"
+    with pytest.raises(ValidationError) as bad_id:
+        Step.model_validate({"id": True, "dependsOn": ["s1", None]})
+    assert [(e["loc"], e["input"]) for e in bad_id.value.errors()] == [
+        (("id",), True),
+        (("dependsOn", 1), None),
+    ]
+
+
+def test_a_missing_id_is_reported_with_the_step_as_written():
+    with pytest.raises(ValidationError) as missing:
+        Step.model_validate({"tool": "none", "deps": "s1", "description": None})
+    (error,) = missing.value.errors()
+    assert error["type"] == "missing"
+    assert error["input"] == {"tool": "none", "depends_on": "s1", "description": None}
 
 
 def test_a_reference_implies_a_dependency_in_a_stable_order():
@@ -327,3 +352,45 @@ def test_an_acyclic_plan_never_builds_the_networkx_graph(registry, monkeypatch):
         {"id": "s4", "dependsOn": ["s4"]},  # a self-dependency is reported on its own
     )
     assert validate_plan(plan, registry) == ["step 's4' depends on itself"]
+
+
+def test_steps_out_of_running_order_are_valid_and_cycles_through_any_of_them_are_found(
+    registry,
+):
+    # Steps written in running order skip the cycle search; the others must not.
+    assert (
+        validate_plan(
+            plan_of(
+                {"id": "s3", "args": {"x": ["{{s2.output}}"]}},
+                {"id": "s2", "dependsOn": ["s1", "s0"]},
+                {"id": "s1"},
+            ),
+            registry,
+            completed={"s0"},
+        )
+        == []
+    )
+    cycle = (
+        "(each step waits for the next one, so none can start; remove one of these dependencies)"
+    )
+    # One id for two steps: "a" is defined before "b", and also after it, waiting for it.
+    duplicated = plan_of(
+        {"id": "a"}, {"id": "b", "dependsOn": ["a"]}, {"id": "a", "dependsOn": ["b"]}
+    )
+    assert validate_plan(duplicated, registry) == [
+        "duplicate step id 'a' (steps 1 and 3); every step needs its own id",
+        f"dependency cycle: b -> a -> b {cycle}",
+    ]
+    # A finished step defined again is a step of this plan, not an earlier one.
+    redefined = plan_of({"id": "s2", "dependsOn": ["s1"]}, {"id": "s1", "dependsOn": ["s2"]})
+    assert validate_plan(redefined, registry, completed={"s1"}) == [
+        "step 's1' is already finished in the earlier plan; do not define it again "
+        "(refer to its output as {{s1.output}} and use a new id)",
+        f"dependency cycle: s2 -> s1 -> s2 {cycle}",
+    ]
+    # A step that repeats an earlier id and depends on it depends on itself.
+    repeated = plan_of({"id": "s1"}, {"id": "s1", "dependsOn": ["s1"]})
+    assert validate_plan(repeated, registry) == [
+        "duplicate step id 's1' (steps 1 and 2); every step needs its own id",
+        "step 's1' depends on itself",
+    ]
