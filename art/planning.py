@@ -488,6 +488,8 @@ _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def _strip_thinking(text: str) -> str:
+    if "<" not in text:  # no tag: skips three case-blind scans of a long reply
+        return text.strip()
     text = _THINK_BLOCK.sub("", text)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:  # the opening tag was in the chat template: keep what follows the last close
@@ -500,10 +502,11 @@ def _strip_thinking(text: str) -> str:
 
 def _candidates(text: str) -> Iterable[str]:
     """Pieces of the reply that may hold the plan, most likely first."""
-    for match in _FENCE.finditer(text):
-        block = match.group(1).strip()
-        if block:
-            yield block
+    if "`" in text:  # a one-character `in` (memchr) is faster than the pattern's own scan
+        for match in _FENCE.finditer(text):
+            block = match.group(1).strip()
+            if block:
+                yield block
     yield text
     start = text.find("{")
     if start > 0:
@@ -571,8 +574,11 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 def _may_hold_surrogates(text: str) -> bool:
     """Whether JSON read from `text` can hold surrogates: a `\\ud800`-style escape, or a
     raw one in the text. Most replies have neither, and then the plan needs no walk."""
-    if _SURROGATE_ESCAPE.search(text):
+    # As in _candidates, `in` first: a one-character `in` is faster than the pattern scan.
+    if "\\" in text and _SURROGATE_ESCAPE.search(text):
         return True
+    if text.isascii():
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

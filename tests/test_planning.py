@@ -769,6 +769,18 @@ def test_the_built_in_tools_demonstrate_valid_plans(tmp_path):
         assert plan is not None and problems == []
 
 
+@pytest.mark.parametrize("note", ["a < b", "<b>bold</b>", "`code`", 'tab\tquote"', "café"])
+def test_tag_fence_and_escape_characters_inside_a_plan_are_read_as_written(note):
+    # Replies without tags, fences or escapes take shortcuts; these must not change a thing.
+    for ensure_ascii in (True, False):
+        reply = json.dumps(
+            {"steps": [{"id": "s1", "tool": None, "args": {"note": note}}]},
+            ensure_ascii=ensure_ascii,
+        )
+        data, problems = extract_plan_data(reply)
+        assert problems == [] and data["steps"][0]["args"]["note"] == note
+
+
 # -- text that UTF-8 cannot store -----------------------------------------------------------
 
 
