@@ -28,6 +28,7 @@ import inspect
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
@@ -36,14 +37,14 @@ import pydantic
 
 from art._log import get_logger
 from art.errors import ToolErrorCode
-from art.registry import build_validator, input_errors
+from art.registry import ToolEntry, build_validator, input_errors, is_async_tool
 from art.serialization import safe_stringify, to_jsonable
 from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 
 if TYPE_CHECKING:
     from art.registry import ToolRegistry
 
-__all__ = ["invoke_tool"]
+__all__ = ["CallTimeouts", "invoke_tool"]
 
 log = get_logger(__name__)
 _stdlib_log = logging.getLogger(__name__)
@@ -60,6 +61,90 @@ _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _KEPT_TEXT_LENGTH = 60_000
 
 
+class CallTimeouts:
+    """One timer for every tool call that shares a timeout (the calls of one run).
+
+    `asyncio.timeout()` arms and cancels a timer handle for each call, which costs more
+    than the rest of an instant call. Calls with the same timeout expire in the order
+    they started, so a queue of deadlines and one handle, armed for the oldest call
+    still running, serve them all. An expired call's task is cancelled, and the call
+    sees a `TimeoutError` as `asyncio.timeout` would give it (see `_Deadline.expired`).
+    """
+
+    __slots__ = ("_handle", "_loop", "_queue", "timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: deque[_Deadline] = deque()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, task: asyncio.Task[Any]) -> _Deadline:
+        """The deadline of a call starting now in `task`; `finish()` it when it ends."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = task.get_loop()
+        queue = self._queue
+        while queue and queue[0].finished:
+            queue.popleft()
+        deadline = _Deadline(task, loop.time() + self.timeout_s)
+        queue.append(deadline)
+        if self._handle is None:
+            self._handle = loop.call_at(deadline.when, self._expire)
+        return deadline
+
+    def close(self) -> None:
+        """Disarm the timer (every call is over)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._queue.clear()
+
+    def _expire(self) -> None:
+        self._handle = None
+        loop, queue = self._loop, self._queue
+        assert loop is not None
+        now = loop.time()
+        while queue:
+            deadline = queue[0]
+            if deadline.finished:
+                queue.popleft()
+            elif deadline.when <= now:
+                queue.popleft()
+                deadline.expire()
+            else:
+                self._handle = loop.call_at(deadline.when, self._expire)
+                return
+
+
+class _Deadline:
+    """One call's place in `CallTimeouts`."""
+
+    __slots__ = ("cancelling", "expired", "finished", "task", "when")
+
+    def __init__(self, task: asyncio.Task[Any], when: float) -> None:
+        self.task: asyncio.Task[Any] | None = task
+        self.when = when
+        # Cancellations the task had before the call: ours is told apart from them.
+        self.cancelling = task.cancelling()
+        self.expired = False
+        self.finished = False
+
+    def expire(self) -> None:
+        if self.task is not None and not self.finished:
+            self.expired = True
+            self.task.cancel()
+
+    def finish(self) -> bool:
+        """End the call; True when it timed out and the CancelledError it caught (if
+        any) was only the timeout's, which is then withdrawn (asyncio.timeout's rule)."""
+        self.finished = True
+        task, self.task = self.task, None
+        if not self.expired or task is None:
+            return False
+        return task.uncancel() <= self.cancelling
+
+
 async def invoke_tool(
     tool: IToolExecutor,
     args: Mapping[str, Any],
@@ -68,6 +153,7 @@ async def invoke_tool(
     timeout_s: float | None = None,
     registry: ToolRegistry | None = None,
     thread_pool: Executor | None = None,
+    timeouts: CallTimeouts | None = None,
 ) -> ToolResult:
     """Run one tool call and return its ToolResult; never raises (except cancellation).
 
@@ -75,14 +161,18 @@ async def invoke_tool(
     whose few threads would cap how many blocking tools run at once).
 
     `registry` supplies the tool's cached input validator when the tool is registered
-    there; otherwise the validator is built for this call. On timeout, and when the
-    awaiting task is cancelled, `context.cancellation` is cancelled so that a sync tool
-    still running in its worker thread can notice (`context.cancelled`) and stop.
+    there; otherwise the validator is built for this call. The call may take
+    `timeout_s`, or the timeout of `timeouts` (a run's calls share one timer). On
+    timeout, and when the awaiting task is cancelled, `context.cancellation` is
+    cancelled so that a sync tool still running in its worker thread can notice
+    (`context.cancelled`) and stop.
     """
     name = _tool_name(tool)
     started = time.perf_counter()
+    if timeouts is None and timeout_s is not None:
+        timeouts = CallTimeouts(timeout_s)
     try:
-        result = await _invoke(tool, name, args, context, timeout_s, registry, thread_pool)
+        result = await _invoke(tool, name, args, context, timeouts, registry, thread_pool)
     except asyncio.CancelledError:
         context.cancellation.cancel("cancelled")
         log.debug("tool call cancelled", tool=name, call_id=context.call_id)
@@ -115,7 +205,7 @@ async def _invoke(
     name: str,
     args: Mapping[str, Any],
     context: ExecutionContext,
-    timeout_s: float | None,
+    timeouts: CallTimeouts | None,
     registry: ToolRegistry | None,
     thread_pool: Executor | None,
 ) -> ToolResult:
@@ -127,7 +217,10 @@ async def _invoke(
             ToolErrorCode.CONFIG_ERROR,
             f"tool {name!r} has no ToolSchema in `schema`; set schema = ToolSchema(...)",
         )
-    problems = _input_problems(tool, schema, args, registry)
+    entry = registry.entry(schema.name) if registry is not None else None
+    if entry is not None and entry.tool is not tool:
+        entry = None  # another tool of the same name: nothing cached applies
+    problems = _input_problems(schema, args, entry)
     if problems is None:
         return _failure(
             name,
@@ -147,24 +240,23 @@ async def _invoke(
             validation_errors=problems,
         )
 
+    is_async = entry.is_async if entry is not None else is_async_tool(tool)
     task = asyncio.current_task()
-    deadline = asyncio.timeout(timeout_s)
+    deadline = timeouts.start(task) if timeouts is not None and task is not None else None
     try:
-        async with deadline:
-            raw = await _execute(tool, dict(args), context, thread_pool)
-    except TimeoutError as exc:
-        if not deadline.expired():  # the tool raised TimeoutError itself
-            return _from_exception(tool, name, context, exc)
-        context.cancellation.cancel(f"timed out after {timeout_s:g} s")
-        return _failure(
-            name,
-            context,
-            ToolErrorCode.TIMEOUT,
-            f"tool {name!r} did not finish within {timeout_s:g} s",
-            retryable=True,
-            timeout_s=timeout_s,
-        )
+        raw = await _execute(tool, dict(args), context, is_async, thread_pool)
     except asyncio.CancelledError as exc:
+        if deadline is not None and deadline.finish():
+            timeout = timeouts.timeout_s if timeouts is not None else 0.0
+            context.cancellation.cancel(f"timed out after {timeout:g} s")
+            return _failure(
+                name,
+                context,
+                ToolErrorCode.TIMEOUT,
+                f"tool {name!r} did not finish within {timeout:g} s",
+                retryable=True,
+                timeout_s=timeout,
+            )
         if task is not None and task.cancelling():
             raise
         # The tool let a CancelledError of its own escape; our caller was not cancelled.
@@ -176,19 +268,20 @@ async def _invoke(
             exception_type=type(exc).__name__,
         )
     except (Exception, SystemExit) as exc:
+        if deadline is not None:
+            deadline.finish()
         return _from_exception(tool, name, context, exc)
+    if deadline is not None:
+        deadline.finish()  # a tool that swallowed the timeout's cancellation returned anyway
     return _accept(raw, schema, name, context)
 
 
-def _input_problems(
-    tool: IToolExecutor, schema: ToolSchema, args: Any, registry: ToolRegistry | None
-) -> list[str] | None:
+def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> list[str] | None:
     """The input's violations, or None when the tool's input_schema itself is broken."""
-    validator = fast_check = None
-    if registry is not None and registry.get(schema.name) is tool:
-        validator = registry.validator(schema.name)
-        fast_check = registry.fast_check(schema.name)
-    if validator is None:
+    if entry is not None:
+        validator, fast_check = entry.validator, entry.fast_check
+    else:
+        fast_check = None
         try:
             validator = build_validator(schema.input_schema)
         except Exception:
@@ -203,14 +296,14 @@ async def _execute(
     tool: IToolExecutor,
     args: dict[str, Any],
     context: ExecutionContext,
+    is_async: bool,
     thread_pool: Executor | None = None,
 ) -> Any:
-    execute = tool.execute
-    if inspect.iscoroutinefunction(execute):
-        raw = await execute(args, context)
+    if is_async:
+        raw = await tool.execute(args, context)  # type: ignore[misc]
     else:
         # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
-        call = functools.partial(contextvars.copy_context().run, execute, args, context)
+        call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
         raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
     while inspect.isawaitable(raw):  # a plain `def` that returned a coroutine
         raw = await raw

@@ -13,8 +13,10 @@ remote `$ref`, a dialect it does not know) is checked by `jsonschema` alone.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -28,6 +30,7 @@ from art.tooling import IToolExecutor, ToolSchema
 __all__ = [
     "TOOL_NAME_PATTERN",
     "FastCheck",
+    "ToolEntry",
     "ToolRegistry",
     "build_fast_check",
     "build_validator",
@@ -103,13 +106,27 @@ def input_errors(
     return [truncate(f"{error.json_path}: {error.message}", _MAX_ERROR_LINE) for error in errors]
 
 
+@dataclass(frozen=True, slots=True)
+class ToolEntry:
+    """What calling a registered tool needs, worked out once when it is registered."""
+
+    tool: IToolExecutor
+    validator: Validator
+    fast_check: FastCheck | None
+    #: `execute` is a coroutine function; a plain `def` runs in a worker thread.
+    is_async: bool
+
+
+def is_async_tool(tool: Any) -> bool:
+    """Whether `tool.execute` is a coroutine function (else it blocks: run it in a thread)."""
+    return inspect.iscoroutinefunction(getattr(tool, "execute", None))
+
+
 class ToolRegistry:
     """The tools available to a run, by name, in registration order."""
 
     def __init__(self, tools: Iterable[IToolExecutor | Callable[..., Any]] = ()) -> None:
-        self._tools: dict[str, IToolExecutor] = {}
-        self._validators: dict[str, Validator] = {}
-        self._fast_checks: dict[str, FastCheck | None] = {}
+        self._entries: dict[str, ToolEntry] = {}
         for tool in tools:
             self.register(tool)
 
@@ -121,8 +138,8 @@ class ToolRegistry:
         """
         executor = self._as_executor(tool)
         schema = _checked_schema(executor)
-        if schema.name in self._tools:
-            existing = type(self._tools[schema.name]).__name__
+        if schema.name in self._entries:
+            existing = type(self._entries[schema.name].tool).__name__
             raise ToolRegistrationError(
                 f"a tool named {schema.name!r} is already registered ({existing}); "
                 "tool names must be unique: rename one of them"
@@ -134,47 +151,57 @@ class ToolRegistry:
                 f"tool {schema.name!r}: input_schema is not valid JSON Schema: "
                 f"{exc.message} (at {exc.json_path} in the schema)"
             ) from exc
-        self._tools[schema.name] = executor
-        self._validators[schema.name] = validator
-        self._fast_checks[schema.name] = build_fast_check(schema.input_schema)
+        self._entries[schema.name] = ToolEntry(
+            tool=executor,
+            validator=validator,
+            fast_check=build_fast_check(schema.input_schema),
+            is_async=is_async_tool(executor),
+        )
         return executor
 
     def get(self, name: str) -> IToolExecutor | None:
-        return self._tools.get(name)
+        entry = self._entries.get(name)
+        return entry.tool if entry is not None else None
+
+    def entry(self, name: str) -> ToolEntry | None:
+        """The registered tool `name` with its compiled checks, or None."""
+        return self._entries.get(name)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return name in self._entries
 
     def __iter__(self) -> Iterator[IToolExecutor]:
-        return iter(list(self._tools.values()))
+        return iter([entry.tool for entry in self._entries.values()])
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._entries)
 
     def __repr__(self) -> str:
         return f"ToolRegistry({self.names()!r})"
 
     def names(self) -> list[str]:
-        return list(self._tools)
+        return list(self._entries)
 
     def schemas(self) -> list[ToolSchema]:
-        return [tool.schema for tool in self._tools.values()]
+        return [entry.tool.schema for entry in self._entries.values()]
 
     def validator(self, name: str) -> Validator | None:
         """The compiled input validator of tool `name` (built once, at registration)."""
-        return self._validators.get(name)
+        entry = self._entries.get(name)
+        return entry.validator if entry is not None else None
 
     def fast_check(self, name: str) -> FastCheck | None:
         """The compiled is-valid test of tool `name` (see `build_fast_check`), or None."""
-        return self._fast_checks.get(name)
+        entry = self._entries.get(name)
+        return entry.fast_check if entry is not None else None
 
     def validate_input(self, name: str, args: Any) -> list[str]:
         """Every problem with calling tool `name` with `args`; empty when the call is valid."""
-        validator = self._validators.get(name)
-        if validator is None:
-            known = ", ".join(self._tools) or "none"
+        entry = self._entries.get(name)
+        if entry is None:
+            known = ", ".join(self._entries) or "none"
             return [f"unknown tool {name!r} (registered tools: {known})"]
-        return input_errors(validator, args, fast_check=self._fast_checks.get(name))
+        return input_errors(entry.validator, args, fast_check=entry.fast_check)
 
     @staticmethod
     def _as_executor(tool: Any) -> IToolExecutor:

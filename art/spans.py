@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import secrets
 
 from art._models import ArtModel
@@ -13,8 +14,13 @@ def new_trace_id() -> str:
 
 
 def new_span_id() -> str:
-    """A 64-bit span id as 16 lowercase hex digits."""
-    return secrets.token_hex(8)
+    """A 64-bit span id as 16 lowercase hex digits.
+
+    Span ids need to be unique within a trace, not unguessable: like OpenTelemetry's
+    id generator this uses `random` (reseeded in forked children), not a system call
+    per id. Trace ids stay cryptographically random.
+    """
+    return f"{random.getrandbits(64) or 1:016x}"
 
 
 class SpanContext(ArtModel):
@@ -30,6 +36,15 @@ class SpanContext(ArtModel):
 
     def child(self) -> SpanContext:
         """A new span whose parent is this one, in the same trace."""
-        return SpanContext(
-            trace_id=self.trace_id, span_id=new_span_id(), parent_span_id=self.span_id
-        )
+        # Every step and tool call makes one: skip re-validating ids this span holds.
+        span = SpanContext.__new__(SpanContext)
+        values = {
+            "trace_id": self.trace_id,
+            "span_id": new_span_id(),
+            "parent_span_id": self.span_id,
+        }
+        object.__setattr__(span, "__dict__", values)
+        object.__setattr__(span, "__pydantic_fields_set__", set(values))
+        object.__setattr__(span, "__pydantic_extra__", None)
+        object.__setattr__(span, "__pydantic_private__", None)
+        return span

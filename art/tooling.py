@@ -75,11 +75,12 @@ ProgressReporter = Callable[[ProgressStage, dict[str, Any]], None]
 class CancellationToken:
     """A cancellation signal that sync tools (in worker threads) and async tools both read."""
 
-    __slots__ = ("_cancelled", "_children", "_event", "_lock", "reason")
+    __slots__ = ("_cancelled", "_children", "_event", "_lock", "_parent", "reason")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._children: list[CancellationToken] = []
+        self._children: set[CancellationToken] = set()
+        self._parent: CancellationToken | None = None
         self._cancelled = False
         # Made by the first wait(): a threading.Event costs more than the rest of the
         # token, and one token is made per tool call.
@@ -94,7 +95,7 @@ class CancellationToken:
             self._cancelled = True
             if self._event is not None:
                 self._event.set()
-            children, self._children = self._children, []
+            children, self._children = self._children, set()
         for child in children:
             child.cancel(reason)
 
@@ -103,14 +104,24 @@ class CancellationToken:
 
         Give each tool call its own child of the run's token: a call's timeout then
         cancels that call only, while cancelling the run still reaches every call.
+        `detach()` it when the call is over.
         """
         token = CancellationToken()
         with self._lock:
             if not self._cancelled:
-                self._children.append(token)
+                self._children.add(token)
+                token._parent = self
                 return token
         token.cancel(self.reason or "cancelled")
         return token
+
+    def detach(self) -> None:
+        """Stop following the parent's cancellation (the call this token served is over),
+        so a long run's token does not keep every finished call's token alive."""
+        parent, self._parent = self._parent, None
+        if parent is not None:
+            with parent._lock:
+                parent._children.discard(self)
 
     @property
     def cancelled(self) -> bool:

@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import contextvars
 import datetime as dt
 import logging
@@ -258,6 +259,54 @@ async def test_a_finished_call_is_not_affected_by_its_timeout():
     result = await invoke_tool(make_tool(ok), {"n": 1}, context, timeout_s=5)
     assert result.status == "success"
     assert not context.cancelled
+
+
+async def test_calls_sharing_one_timer_each_get_their_own_timeout():
+    timeouts = art.invocation.CallTimeouts(0.1)
+
+    def sleeper(seconds: float) -> IToolExecutor:
+        class Sleeper(IToolExecutor):
+            schema = ToolSchema(name="probe", description="d", input_schema=SCHEMA)
+
+            async def execute(self, input, context):
+                await asyncio.sleep(seconds)
+                return ok(input, context)
+
+        return Sleeper()
+
+    async def call(tool: IToolExecutor, delay: float = 0.0) -> tuple[ToolResult, float]:
+        await asyncio.sleep(delay)
+        started = time.perf_counter()
+        result = await invoke_tool(tool, {"n": 1}, make_context(), timeouts=timeouts)
+        return result, time.perf_counter() - started
+
+    (fast, _), (slow, slow_s), (late, late_s) = await asyncio.gather(
+        call(sleeper(0.0)), call(sleeper(10)), call(sleeper(10), delay=0.05)
+    )
+    assert fast.status == "success"
+    assert_error(slow, "TIMEOUT", "did not finish within 0.1 s")
+    assert_error(late, "TIMEOUT")
+    # Each call had its own 0.1 s, counted from its own start (not the first call's).
+    assert slow_s >= 0.1 and late_s >= 0.1
+    timeouts.close()
+
+
+async def test_a_tool_that_swallows_its_timeout_keeps_its_result_and_the_task_is_clean():
+    class Stubborn(IToolExecutor):
+        schema = ToolSchema(name="probe", description="d", input_schema=SCHEMA)
+
+        async def execute(self, input, context):
+            # Ignores the timeout's cancellation and answers anyway.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+            return ok(input, context)
+
+    context = make_context()
+    result = await invoke_tool(Stubborn(), {"n": 4}, context, timeout_s=0.05)
+    assert result.status == "success" and result.output == 8  # as asyncio.timeout does
+    # The timeout's cancel request is withdrawn: the caller's next await is not cancelled.
+    assert asyncio.current_task().cancelling() == 0
+    await asyncio.sleep(0)
 
 
 @pytest.mark.parametrize("asynchronous", [True, False])
@@ -612,3 +661,14 @@ def test_child_tokens_follow_their_parent_but_not_the_other_way():
     assert first.reason == "timed out"
     late = run.child()
     assert late.cancelled and late.reason == "user stopped the run"
+
+
+def test_a_detached_token_no_longer_follows_its_parent():
+    from art.tooling import CancellationToken
+
+    run = CancellationToken()
+    finished, running = run.child(), run.child()
+    finished.detach()  # its call is over
+    finished.detach()  # idempotent
+    run.cancel("stop")
+    assert running.cancelled and not finished.cancelled

@@ -202,3 +202,25 @@ def test_a_schema_the_compiled_check_cannot_build_is_checked_by_jsonschema_alone
     schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
     assert build_fast_check(schema) is None
     assert input_errors(build_validator(schema), {}) == []
+
+
+def test_an_entry_holds_what_a_call_needs():
+    class AsyncTool(IToolExecutor):
+        schema = ToolSchema(name="async_tool", description="d")
+
+        async def execute(self, input, context):
+            return None
+
+    class SyncTool(IToolExecutor):
+        schema = ToolSchema(name="sync_tool", description="d")
+
+        def execute(self, input, context):
+            return None
+
+    registry = ToolRegistry([AsyncTool(), SyncTool()])
+    async_entry, sync_entry = registry.entry("async_tool"), registry.entry("sync_tool")
+    assert async_entry.tool is registry.get("async_tool") and async_entry.is_async
+    assert sync_entry.tool is registry.get("sync_tool") and not sync_entry.is_async
+    assert async_entry.validator is registry.validator("async_tool")
+    assert async_entry.fast_check is registry.fast_check("async_tool")
+    assert registry.entry("missing") is None

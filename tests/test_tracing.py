@@ -368,3 +368,17 @@ async def test_real_suspended_and_resumed_run_gives_two_run_spans(
     assert runs[1].attributes.get("art.resumed") is True
     waiting = _by_name(exporter.get_finished_spans())["art.step s1"]
     assert waiting.attributes["art.step.status"] == "waiting"
+
+
+def test_span_ids_are_16_hex_digits_unique_and_children_keep_the_trace():
+    from art.spans import SpanContext
+
+    root = SpanContext.root()
+    children = [root.child() for _ in range(2000)]
+    ids = {child.span_id for child in children}
+    assert len(ids) == len(children)
+    assert all(len(i) == 16 and int(i, 16) > 0 for i in ids)
+    assert all(c.trace_id == root.trace_id and c.parent_span_id == root.span_id for c in children)
+    grandchild = children[0].child()
+    assert grandchild.parent_span_id == children[0].span_id
+    assert grandchild == SpanContext.model_validate(grandchild.model_dump())  # a valid model
