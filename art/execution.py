@@ -4,15 +4,19 @@ Two halves, kept apart (as CPython's `graphlib` and `asyncio.TaskGroup` are):
 
 - `Readiness` is bookkeeping only: it counts each step's unfinished dependencies and
   says which steps a finished one unblocked. No I/O, no event loop; misuse raises.
-- `Executor` owns the running: one `asyncio.TaskGroup` holds every task it starts. A
-  step is launched the moment its last dependency finishes (no polling, no waves), up
-  to `max_concurrency` at a time. A failed tool never reaches the group: failures are
-  caught at the step boundary and become step records; only cancellation and engine
-  faults propagate.
+- `Executor` owns the running: one `asyncio.TaskGroup` holds its worker tasks. A step
+  is started the moment its last dependency finishes (no polling, no waves), up to
+  `max_concurrency` at a time: the worker that finished a step takes the next ready
+  one, and more workers start while ready steps outnumber them. A task per step would
+  cost more than an instant tool call; a worker running steps back to back yields to
+  the event loop every `_SLICE_S`, so a plan of instant tools cannot starve the loop.
+  A failed tool never reaches the group: failures are caught at the step boundary and
+  become step records; only cancellation and engine faults propagate.
 
 Per step: references are resolved when the step starts; `tool:before` hooks may edit
 the arguments or veto the call; the tool runs through `invoke_tool` (which validates the
-resolved arguments against the tool's schema and enforces `step_timeout_s`); retryable
+resolved arguments against the tool's schema and enforces `step_timeout_s`, with one
+timer for all of the run's calls); retryable
 failures are retried with exponential backoff. Every record is persisted when the step
 starts and when it ends, and every status change is a `step:status` event.
 """
@@ -21,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
-import secrets
 import threading
 import time
 from collections import deque
@@ -36,7 +38,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
 from art.events import HookVeto
+from art.invocation import CallTimeouts, invoke_tool
 from art.plans import Plan, Step, never_ready
+from art.registry import is_async_tool
 from art.responses import RunError, StepRecord, utcnow
 from art.serialization import safe_stringify
 from art.spans import SpanContext
@@ -73,6 +77,8 @@ _NOT_RETRIED = frozenset(
 )
 LLM_ASSIST_REQUIRED = ToolErrorCode.LLM_ASSIST_REQUIRED.value
 REASONING_TOOL_NAME = "reasoning"
+# How long a worker runs steps back to back before it lets the event loop run others.
+_SLICE_S = 0.002
 
 OutcomeStatus = Literal["completed", "partial", "suspended", "failed", "cancelled"]
 PersistStep = Callable[[StepRecord], Awaitable[None]]
@@ -250,13 +256,14 @@ class Executor:
         self._stop: str | None = None  # None | "suspended" | "replan" | "failed" | "cancelled"
         self._stop_error: RunError | None = None
         self._cancelling = False
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # running step -> its worker
         self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
         # Blocking (`def`) tools run here, so max_concurrency of them can run at once.
         self._thread_pool: ThreadPoolExecutor | None = None
-        self._async_tools: dict[str, bool] = {}
+        timeout_s = self._config.step_timeout_s
+        self._timeouts = CallTimeouts(timeout_s) if timeout_s else None
         self._ready: deque[str] = deque()
-        self._running = 0
+        self._running = 0  # steps started and not finished
         self._group: asyncio.TaskGroup | None = None
         self._readiness: Readiness | None = None
         self._steps: dict[str, Step] = {}
@@ -293,6 +300,8 @@ class Executor:
                 if not replanned:
                     break
         finally:
+            if self._timeouts is not None:
+                self._timeouts.close()
             if self._thread_pool is not None:
                 # Threads of tools that ignored cancellation finish on their own.
                 self._thread_pool.shutdown(wait=False, cancel_futures=True)
@@ -313,13 +322,8 @@ class Executor:
 
     def _blocking_pool(self, tool: Any) -> ThreadPoolExecutor | None:
         """The run's pool for plain `def` tools (threads start on demand), or None."""
-        name = tool.schema.name
-        is_async = self._async_tools.get(name)
-        if is_async is None:
-            is_async = self._async_tools[name] = inspect.iscoroutinefunction(
-                getattr(tool, "execute", None)
-            )
-        if is_async:
+        entry = self.registry.entry(tool.schema.name)
+        if entry.is_async if entry is not None else is_async_tool(tool):
             return None
         if self._thread_pool is None:
             self._thread_pool = ThreadPoolExecutor(
@@ -349,35 +353,56 @@ class Executor:
         self._ready.extend(self._readiness.start())
         async with asyncio.TaskGroup() as group:
             self._group = group
-            self._pump()
+            self._start_workers()
         self._group = None
         self._ready.clear()
 
-    def _pump(self) -> None:
-        """Launch ready steps while there is room and no stop was asked for."""
+    def _start_workers(self) -> None:
+        """Hand ready steps to new workers while there is room and no stop was asked for."""
+        group = self._group
+        if group is None:
+            return
+        while (step_id := self._take_ready()) is not None:
+            group.create_task(self._worker(step_id))
+
+    def _take_ready(self) -> str | None:
+        """The next ready step to start (now counted as running), or None."""
         if self._stop is None and self.run_context.cancellation.cancelled:
             # The run's token was cancelled directly (not through cancel()): its tools
             # already see it; stop here too.
             self.cancel(self.run_context.cancellation.reason or "cancelled")
-            return
-        limit = self._config.max_concurrency
-        group = self._group
-        while self._ready and self._running < limit and self._stop is None and group:
+        while self._ready and self._running < self._config.max_concurrency:
+            if self._stop is not None:
+                return None
             step_id = self._ready.popleft()
             if self._records[step_id].status == "waiting":
                 continue  # still suspended: its dependents wait with it
             self._running += 1
-            self._tasks[step_id] = group.create_task(self._step_task(step_id))
+            return step_id
+        return None
 
-    async def _step_task(self, step_id: str) -> None:
-        try:
-            await self._run_step(step_id)
-        finally:
-            self._running -= 1
-            self._tasks.pop(step_id, None)
-        if self._records[step_id].status in FINISHED and self._readiness is not None:
-            self._ready.extend(self._readiness.finish(step_id))
-        self._pump()
+    async def _worker(self, step_id: str) -> None:
+        """Run `step_id`, then the ready steps no other worker took, until none is left."""
+        task = asyncio.current_task()
+        assert task is not None
+        sliced = time.perf_counter()
+        while True:
+            self._tasks[step_id] = task
+            try:
+                await self._run_step(step_id)
+            finally:
+                self._running -= 1
+                del self._tasks[step_id]
+            if self._records[step_id].status in FINISHED and self._readiness is not None:
+                self._ready.extend(self._readiness.finish(step_id))
+            if time.perf_counter() - sliced >= _SLICE_S:
+                await asyncio.sleep(0)  # between steps: this worker holds none
+                sliced = time.perf_counter()
+            next_id = self._take_ready()  # this worker's next step: no new task for it
+            self._start_workers()
+            if next_id is None:
+                return
+            step_id = next_id
 
     async def _run_step(self, step_id: str) -> None:
         step = self._steps[step_id]
@@ -385,10 +410,10 @@ class Executor:
         for dep in self._deps[step_id]:
             dep_record = self._records.get(dep)
             if dep_record is None or dep_record.status != "completed":
-                span = _child_span(self.run_context.span)
+                span = self.run_context.span.child()
                 await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
                 return
-        step_span = _child_span(self.run_context.span)
+        step_span = self.run_context.span.child()
         try:
             if step.tool is None:
                 await self._reasoning_step(step, record, step_span)
@@ -476,10 +501,8 @@ class Executor:
         self, step: Step, tool: Any, args: dict[str, Any], attempt: int, step_span: SpanContext
     ) -> tuple[ToolResult, str | None]:
         """One tool execution; returns its result and, when a hook vetoed it, the reason."""
-        from art.invocation import invoke_tool
-
         run = self.run_context
-        span = _child_span(step_span)
+        span = step_span.child()
         call_id = f"{run.run_id}:{step.id}:{attempt}"
         name = tool.schema.name
         events = self._events
@@ -538,11 +561,10 @@ class Executor:
         token = run.cancellation.child()
         context = _call_context(
             self._context_template,
-            call_id=call_id,
-            step_id=step.id,
-            attempt=attempt,
-            span=span,
-        ).bind(cancellation=token, reporter=relay.report if relay is not None else None)
+            {"call_id": call_id, "step_id": step.id, "attempt": attempt, "span": span},
+            cancellation=token,
+            reporter=relay.report if relay is not None else None,
+        )
         self._tokens[step.id] = token
         run.stats.add_tool_call()
         started = time.perf_counter()
@@ -551,12 +573,13 @@ class Executor:
                 tool,
                 args,
                 context,
-                timeout_s=self._config.step_timeout_s,
                 registry=self.registry,
                 thread_pool=self._blocking_pool(tool),
+                timeouts=self._timeouts,
             )
         finally:
-            self._tokens.pop(step.id, None)
+            del self._tokens[step.id]
+            token.detach()
             if relay is not None:
                 await relay.close()
         duration_ms = (time.perf_counter() - started) * 1000.0
@@ -972,23 +995,14 @@ def _update(record: StepRecord, **values: Any) -> None:
     record.__pydantic_fields_set__.update(values)
 
 
-def _child_span(parent: SpanContext) -> SpanContext:
-    """`parent.child()` without re-validating the ids it already holds."""
-    span = SpanContext.__new__(SpanContext)
-    values = {
-        "trace_id": parent.trace_id,
-        "span_id": secrets.token_hex(8),
-        "parent_span_id": parent.span_id,
-    }
-    object.__setattr__(span, "__dict__", values)
-    object.__setattr__(span, "__pydantic_fields_set__", set(values))
-    object.__setattr__(span, "__pydantic_extra__", None)
-    object.__setattr__(span, "__pydantic_private__", None)
-    return span
-
-
-def _call_context(template: ExecutionContext, **fields: Any) -> ExecutionContext:
-    """The run's validated context with one call's fields, without re-validation.
+def _call_context(
+    template: ExecutionContext,
+    fields: dict[str, Any],
+    *,
+    cancellation: CancellationToken,
+    reporter: Callable[..., None] | None,
+) -> ExecutionContext:
+    """The run's validated context with one call's fields and signals, not re-validated.
 
     pydantic resolves every default on each instantiation (~20 µs for this model); a
     1,000-step plan cannot afford that per call. `fields` are of their declared types.
@@ -999,7 +1013,9 @@ def _call_context(template: ExecutionContext, **fields: Any) -> ExecutionContext
     object.__setattr__(context, "__pydantic_fields_set__", set(values))
     object.__setattr__(context, "__pydantic_extra__", None)
     object.__setattr__(
-        context, "__pydantic_private__", dict.fromkeys(template.__pydantic_private__ or {})
+        context,
+        "__pydantic_private__",
+        {"_cancellation": cancellation, "_reporter": reporter},
     )
     return context
 

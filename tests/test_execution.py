@@ -228,6 +228,49 @@ async def test_max_concurrency_bounds_running_steps():
     assert peak == 3
 
 
+async def test_a_plan_of_instant_tools_lets_other_tasks_of_the_loop_run(monkeypatch):
+    # Workers run ready steps back to back; between steps they yield to the loop once
+    # their time slice is used up (here: after every step).
+    monkeypatch.setattr("art.execution._SLICE_S", 0.0)
+    turns = 0
+    done = False
+
+    async def other_task():
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    chain = [step("s1", "echo", value=0)]
+    chain += [step(f"s{i}", "echo", deps=(f"s{i - 1}",), value=i) for i in range(2, 31)]
+    ticker = asyncio.create_task(other_task())
+    outcome = await run_guarded(executor(plan_of(*chain), [FnTool("echo", echo)]))
+    done = True
+    await ticker
+    assert outcome.status == "completed"
+    assert turns >= 30  # the other task ran between the steps, not only before and after
+
+
+async def test_steps_ready_together_are_all_started_before_a_stop():
+    # s1 suspends the run at once; s2 was ready at the same moment, so it still runs.
+    async def suspend(input, context):
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="ask",
+            status="suspended",
+            output={"prompt": "ok?"},
+        )
+
+    plan = plan_of(step("s1", "ask"), step("s2", "echo", value=2), step("s3", "echo", value=3))
+    tools = [FnTool("ask", suspend, mode="blocking"), FnTool("echo", echo)]
+    ex = executor(plan, tools, config={"max_concurrency": 2})
+    outcome = await run_guarded(ex)
+    assert outcome.status == "suspended"
+    statuses = {sid: r.status for sid, r in outcome.records.items()}
+    # s3 waited for a free slot, and nothing new starts once a step suspended the run.
+    assert statuses == {"s1": "waiting", "s2": "completed", "s3": "pending"}
+
+
 # -- arguments -------------------------------------------------------------------------------
 
 
