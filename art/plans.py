@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from art._models import ArtModel
-from art.references import iter_references
+from art.references import references_by_argument
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -131,14 +131,7 @@ class Step(ArtModel):
         cached = self.__dict__.get(_REFERENCE_CACHE)
         if cached is not None and cached[0] is args:
             return cached
-        found: list[str] = []
-        keys: list[str] = []
-        for key, value in args.items():
-            before = len(found)
-            found.extend(iter_references(value))
-            if len(found) > before:
-                keys.append(key)
-        cached = (args, tuple(dict.fromkeys(found)), frozenset(keys))
+        cached = (args, *references_by_argument(args))
         self.__dict__[_REFERENCE_CACHE] = cached
         return cached
 

@@ -20,6 +20,7 @@ __all__ = [
     "find_references",
     "has_references",
     "iter_references",
+    "references_by_argument",
     "resolve_references",
 ]
 
@@ -47,6 +48,14 @@ def _ids_in(text: str) -> tuple[str, ...]:
     return tuple(match["step"] for match in REFERENCE_PATTERN.finditer(text))
 
 
+# Joins a list of strings into one text to scan: one regex scan and one cache entry
+# instead of one per string (a step may list dozens of references). No reference can
+# span the separator: inside one, a space is only next to braces or other spaces, and
+# a dot never follows a space.
+_SEPARATOR = " ."
+_TEXT_ONLY = {str}
+
+
 def _collect(value: Any, found: list[str]) -> None:
     # Strings inside containers are handled in the loops, without a call each: a plan of
     # thousands of steps with dozens of references per step walks here once per step.
@@ -62,6 +71,12 @@ def _collect(value: Any, found: list[str]) -> None:
         if kind is dict or isinstance(value, Mapping):
             items = value.values()
         elif kind is list or kind is tuple or isinstance(value, list | tuple):
+            # Exact strings only: a str subclass is read through its str().
+            if set(map(type, value)) == _TEXT_ONLY:
+                text = _SEPARATOR.join(value)
+                if _MARKER in text:
+                    found.extend(_ids_in(text))
+                return
             items = value
         else:
             return
@@ -72,6 +87,19 @@ def _collect(value: Any, found: list[str]) -> None:
                     found.extend(_ids_in(item))
             elif item_kind not in _SCALARS:
                 _collect(item, found)
+
+
+def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The step ids `args` references (in order of first appearance, without repeats) and
+    the names of the arguments that hold at least one reference."""
+    found: list[str] = []
+    names: list[str] = []
+    for name, value in args.items():
+        before = len(found)
+        _collect(value, found)
+        if len(found) > before:
+            names.append(name)
+    return tuple(dict.fromkeys(found)), frozenset(names)
 
 
 def iter_references(value: Any) -> Iterator[str]:

@@ -9,6 +9,7 @@ from art.references import (
     find_references,
     has_references,
     iter_references,
+    references_by_argument,
     resolve_references,
 )
 
@@ -132,3 +133,48 @@ def test_the_cached_id_scan_finds_what_the_full_pattern_finds():
     for text in texts:
         expected = [m.group("step") for m in REFERENCE_PATTERN.finditer(text)]
         assert list(iter_references({"k": [text, {"n": text}], "t": text})) == expected * 3
+
+
+class Text(str):
+    pass
+
+
+class Shown(str):
+    def __str__(self) -> str:
+        return "{{s9.output}}"
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        # Pieces of a reference in neighbouring strings never make one.
+        ["{{s1.output", "}}", "{{s2.", "output}}", "{", "{s3.output}}", "{{s4.output.a", " }}"],
+        ["{{ s1.output .", "x}}", "{{s2.output.a }}", " .{{s3.output}}", "{{s4.output }"],
+        [
+            "{{s1.output}}",
+            "{{s1.output}} and {{ s2.output.0 }}",
+            "",
+            "no reference",
+            "{{s3.output}}",
+        ],
+        # With anything but exact strings in the list, each item is read on its own.
+        ["{{s1.output}}", Text("{{s2.output}}"), 1, None, ["{{s3.output}}"]],
+        [Shown("{{s1.output}}"), "{{s2.output}}"],
+    ],
+)
+def test_a_list_of_strings_holds_the_references_its_strings_hold(items):
+    def one_by_one(value):
+        if isinstance(value, list):
+            return [step for item in value for step in one_by_one(item)]
+        return list(iter_references(str(value))) if isinstance(value, str) else []
+
+    expected = one_by_one(items)
+    assert list(iter_references(items)) == expected
+    assert list(iter_references(tuple(items))) == expected
+    assert list(iter_references({"k": items})) == expected
+
+
+def test_references_by_argument_names_the_arguments_that_hold_them():
+    args = {"n": 1, "a": ["{{s2.output}}", "{{s1.output}}"], "b": {"c": "{{s2.output.x}}"}}
+    assert references_by_argument(args) == (("s2", "s1"), frozenset({"a", "b"}))
+    assert references_by_argument({"n": 1, "t": "text"}) == ((), frozenset())
