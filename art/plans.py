@@ -158,7 +158,7 @@ def _dependency_ids(value: Any) -> Any:
     """`dependsOn` as a list of ids: null is none, one id is a list of one, numbers are text."""
     if value is None:
         return []
-    if isinstance(value, str):
+    if type(value) is not list and isinstance(value, str):
         return [value]
     if isinstance(value, list):
         try:

@@ -59,34 +59,40 @@ _TEXT_ONLY = {str}
 def _collect(value: Any, found: list[str]) -> None:
     # Strings inside containers are handled in the loops, without a call each: a plan of
     # thousands of steps with dozens of references per step walks here once per step.
+    # Exact types are tested before the (slower) isinstance checks.
     kind = type(value)
     if kind is str:
         if _MARKER in value:
             found.extend(_ids_in(value))
-    elif kind in _SCALARS:
         return
+    if kind in _SCALARS:
+        return
+    if kind is dict:
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
     elif isinstance(value, str):  # a str subclass
         _collect(str(value), found)
+        return
+    elif isinstance(value, Mapping):
+        items = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
     else:
-        if kind is dict or isinstance(value, Mapping):
-            items = value.values()
-        elif kind is list or kind is tuple or isinstance(value, list | tuple):
-            # Exact strings only: a str subclass is read through its str().
-            if set(map(type, value)) == _TEXT_ONLY:
-                text = _SEPARATOR.join(value)
-                if _MARKER in text:
-                    found.extend(_ids_in(text))
-                return
-            items = value
-        else:
-            return
-        for item in items:
-            item_kind = type(item)
-            if item_kind is str:
-                if _MARKER in item:
-                    found.extend(_ids_in(item))
-            elif item_kind not in _SCALARS:
-                _collect(item, found)
+        return
+    # Exact strings only: a str subclass is read through its str().
+    if items is value and set(map(type, value)) == _TEXT_ONLY:
+        text = _SEPARATOR.join(value)
+        if _MARKER in text:
+            found.extend(_ids_in(text))
+        return
+    for item in items:
+        item_kind = type(item)
+        if item_kind is str:
+            if _MARKER in item:
+                found.extend(_ids_in(item))
+        elif item_kind not in _SCALARS:
+            _collect(item, found)
 
 
 def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -95,6 +101,8 @@ def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], fr
     found: list[str] = []
     names: list[str] = []
     for name, value in args.items():
+        if type(value) in _SCALARS:
+            continue
         before = len(found)
         _collect(value, found)
         if len(found) > before:
