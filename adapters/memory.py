@@ -202,13 +202,12 @@ class MemoryStorage(StorageAdapter):
 
     # -- events -------------------------------------------------------------------
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
+        # Serialised before taking the lock; the number is kept beside the text and set
+        # on read, so an event is dumped once and never copied.
+        rows = [(e.thread_id, e.name, timestamp_key(e.timestamp), dump_json(e)) for e in events]
         with self._lock:
-            for event in events:
-                seq = next(self._event_seq)
-                # The number is kept beside the text and set on read: no copy per event.
-                self._thread(event.thread_id).events.append(
-                    (seq, event.name, timestamp_key(event.timestamp), dump_json(event))
-                )
+            for thread_id, name, moment, text in rows:
+                self._thread(thread_id).events.append((next(self._event_seq), name, moment, text))
 
     async def query_events(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -20,3 +22,20 @@ class ArtModel(BaseModel):
     def to_wire(self) -> dict:
         """The camelCase JSON form (what travels to storage, events and other languages)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def trusted(cls: type[ModelT], values: dict[str, Any]) -> ModelT:
+    """An instance of `cls` holding `values` as they are: no validation, no defaults.
+
+    For hot paths whose values are already of the declared types and name every field;
+    pydantic's own `model_construct` costs more than validating.
+    """
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", values)
+    object.__setattr__(model, "__pydantic_fields_set__", set(values))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, ValidationError
 
 from art._log import get_logger
-from art._models import ArtModel
+from art._models import ArtModel, trusted
 from art._sync import Portal
 from art.config import ArtInstanceConfig, ExecutionConfig, ProcessOptions
 from art.context import RunContext, RunStats
@@ -903,22 +903,28 @@ class _Session:
         batch = self.events.drain()
         if not batch:
             return
-        run = self.run
+        thread_id, run_id, trace_id = self.run.thread_id, self.run.run_id, self.run.trace_id
+        redact = self.llm.redact
         stored = []
+        # Not validated: every value below is of its field's type (one event per step).
         for name, data, span, timestamp in batch:
             data = _stored_data(name, data)
             if name in _REDACTED_EVENTS:
-                data = self.llm.redact(data)
+                data = redact(data)
             stored.append(
-                StoredEvent(
-                    thread_id=run.thread_id,
-                    run_id=run.run_id,
-                    name=name,
-                    data=data,
-                    trace_id=span.trace_id if span else run.trace_id,
-                    span_id=span.span_id if span else None,
-                    parent_span_id=span.parent_span_id if span else None,
-                    timestamp=timestamp,
+                trusted(
+                    StoredEvent,
+                    {
+                        "seq": None,
+                        "thread_id": thread_id,
+                        "run_id": run_id,
+                        "name": name,
+                        "data": data,
+                        "trace_id": span.trace_id if span else trace_id,
+                        "span_id": span.span_id if span else None,
+                        "parent_span_id": span.parent_span_id if span else None,
+                        "timestamp": timestamp,
+                    },
                 )
             )
         await self.storage.append_events(stored)

@@ -27,6 +27,9 @@ _MAX_DEPTH = 64
 # Python refuses to print ints with more digits than sys.get_int_max_str_digits().
 _MAX_INT_BITS = 14_000
 _MAX_REPR = 2_000
+# json.dumps(..., ensure_ascii=False) builds an encoder per call; `_plain` has already
+# broken every cycle, so the encoder's own circular check is not needed either.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
 def truncate(text: str, max_length: int) -> str:
@@ -68,8 +71,10 @@ def safe_stringify(value: Any, max_length: int = DEFAULT_MAX_LENGTH) -> str:
     try:
         if isinstance(value, str):
             text = value
+        elif type(value) is int and value.bit_length() <= _MAX_INT_BITS:
+            text = str(value)  # what the encoder writes, without its setup (one per step)
         else:
-            text = json.dumps(_plain(value, 0, set()), ensure_ascii=False)
+            text = _ENCODER.encode(_plain(value, 0, set()))
     except Exception:  # a pathological object; the walk above already guards the usual ones
         text = _safe_repr(value)
     return truncate(text, max_length)
