@@ -337,7 +337,7 @@ def validate_plan(
                 "(use tool null for a reasoning step)"
             )
 
-        references = step._reference_index()[1]
+        _, references, from_references = step._reference_index()
         if earlier is None or not (
             earlier.issuperset(step.depends_on) and earlier.issuperset(references)
         ):
@@ -352,7 +352,12 @@ def validate_plan(
                 check = checks[tool] = (_validator(registry, tool), _fast_check(registry, tool))
             validator, fast_check = check
             if validator is not None:
-                static_args = _static_args(step)
+                # Arguments built from references are checked when the step runs.
+                static_args = (
+                    {k: v for k, v in step.args.items() if k not in from_references}
+                    if from_references
+                    else step.args
+                )
                 if not passes_fast_check(fast_check, static_args):
                     problems.extend(_argument_problems(step, validator, static_args))
 
@@ -432,14 +437,6 @@ def never_ready(waiting: Mapping[str, int], dependents: Mapping[str, Iterable[st
             if counts[target] == 0:
                 ready.append(target)
     return [step_id for step_id, count in counts.items() if count > 0]
-
-
-def _static_args(step: Step) -> dict[str, Any]:
-    """The arguments that do not come from references (those are checked at run time)."""
-    from_references = step.referencing_args
-    if not from_references:
-        return step.args
-    return {k: v for k, v in step.args.items() if k not in from_references}
 
 
 def _argument_problems(step: Step, validator: Any, static_args: dict[str, Any]) -> list[str]:

@@ -54,6 +54,7 @@ def _ids_in(text: str) -> tuple[str, ...]:
 # a dot never follows a space.
 _SEPARATOR = " ."
 _TEXT_ONLY = {str}
+_NO_REFERENCES: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
 
 
 def _collect(value: Any, found: list[str]) -> None:
@@ -107,6 +108,8 @@ def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], fr
         _collect(value, found)
         if len(found) > before:
             names.append(name)
+    if not found:
+        return _NO_REFERENCES
     return tuple(dict.fromkeys(found)), frozenset(names)
 
 
