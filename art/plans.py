@@ -65,13 +65,14 @@ class Step(ArtModel):
     @model_validator(mode="before")
     @classmethod
     def _llm_spellings(cls, value: Any) -> Any:
-        if type(value) is not dict and not isinstance(value, Mapping):
+        if type(value) is dict and value.keys() <= _STEP_FIELD_KEYS:
+            return value  # nothing to rename (pydantic does not change its input)
+        if not isinstance(value, Mapping):
             return value
         data = dict(value)
-        if not data.keys() <= _STEP_FIELD_KEYS:
-            for alias, name, camel in _STEP_RENAMES:
-                if alias in data and name not in data and camel not in data:
-                    data[name] = data.pop(alias)
+        for alias, name, camel in _STEP_RENAMES:
+            if alias in data and name not in data and camel not in data:
+                data[name] = data.pop(alias)
         return data
 
     @field_validator("id", mode="before")
@@ -156,15 +157,16 @@ def _int_as_text(value: Any) -> Any:
 
 def _dependency_ids(value: Any) -> Any:
     """`dependsOn` as a list of ids: null is none, one id is a list of one, numbers are text."""
-    if value is None:
-        return []
-    if type(value) is not list and isinstance(value, str):
-        return [value]
     if isinstance(value, list):
         try:
             "".join(value)  # raises TypeError unless every item is text, the usual case
         except TypeError:
             return [_int_as_text(item) for item in value]
+        return value
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
     return value
 
 

@@ -50,8 +50,8 @@ def _ids_in(text: str) -> tuple[str, ...]:
 
 # Joins a list of strings into one text to scan: one regex scan and one cache entry
 # instead of one per string (a step may list dozens of references). No reference can
-# span the separator: inside one, a space is only next to braces or other spaces, and
-# a dot never follows a space.
+# span the separator: one starts with {{ and ends with }}, and inside it a space is
+# followed by a space, an id character or a brace, never by a dot.
 _SEPARATOR = " ."
 _TEXT_ONLY = {str}
 _NO_REFERENCES: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
