@@ -103,6 +103,15 @@ def test_a_missing_id_is_reported_with_the_step_as_written():
     (error,) = missing.value.errors()
     assert error["type"] == "missing"
     assert error["input"] == {"tool": "none", "depends_on": "s1", "description": None}
+    # Without an alias to rename, too; and the caller's dict is left as it was.
+    written = {"tool": "none", "dependsOn": [1], "args": None}
+    with pytest.raises(ValidationError) as missing:
+        Step.model_validate(written)
+    (error,) = missing.value.errors()
+    assert error["input"] == written == {"tool": "none", "dependsOn": [1], "args": None}
+    step = {"id": 3, "tool": "none", "dependsOn": [1], "args": None}
+    assert Step.model_validate(step) == Step(id="3", depends_on=["1"])
+    assert step == {"id": 3, "tool": "none", "dependsOn": [1], "args": None}
 
 
 def test_a_reference_implies_a_dependency_in_a_stable_order():
