@@ -464,8 +464,7 @@ class Executor:
                     f"gave up after {record.attempts} attempt(s) that never finished",
                 )
                 return
-            _update(record, attempts=attempt, args=args)
-            await self._start(record, span)
+            await self._start(record, span, attempts=attempt, args=args)
             result, vetoed = await self._call_tool(step, tool, args, attempt, span)
             if vetoed is not None:
                 _update(record, result=result)
@@ -580,8 +579,8 @@ class Executor:
         finally:
             del self._tokens[step.id]
             token.detach()
-            if relay is not None:
-                await relay.close()
+            if relay is not None and (draining := relay.close()) is not None:
+                await draining
         duration_ms = (time.perf_counter() - started) * 1000.0
         if live_updates:
             end: dict[str, Any] = {
@@ -828,11 +827,10 @@ class Executor:
         )
 
     # -- records, persistence and events --------------------------------------------------
-    async def _start(self, record: StepRecord, span: SpanContext) -> None:
+    async def _start(self, record: StepRecord, span: SpanContext, **values: Any) -> None:
         if record.started_at is None:
-            _update(record, status="in_progress", started_at=utcnow())
-        else:
-            _update(record, status="in_progress")
+            values["started_at"] = utcnow()
+        _update(record, status="in_progress", **values)
         await self._save(record)
         await self._emit_status(record, span)
 
@@ -882,8 +880,9 @@ class _ProgressRelay:
     """Carries one tool call's progress reports, from any thread, to `tool:update` events.
 
     Reports are queued in order and emitted by one drain task at a time, owned by the
-    executor's TaskGroup; `close()` waits until every report made before it is emitted,
-    so the `end` update always comes last. Reports after `close()` are dropped.
+    executor's TaskGroup. `close()` stops taking reports and returns the drain task
+    still emitting earlier ones (await it, so the `end` update always comes last).
+    One is made per tool call and most tools never report: it costs little until used.
     """
 
     __slots__ = (
@@ -891,11 +890,9 @@ class _ProgressRelay:
         "_closed",
         "_executor",
         "_items",
-        "_loop",
         "_span",
         "_step_id",
         "_task",
-        "_thread",
         "_tool",
     )
 
@@ -907,8 +904,6 @@ class _ProgressRelay:
         self._tool = tool
         self._call_id = call_id
         self._span = span
-        self._loop = executor._loop or asyncio.get_running_loop()
-        self._thread = executor._loop_thread or threading.get_ident()
         self._items: deque[tuple[str, dict[str, Any]]] = deque()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -916,12 +911,15 @@ class _ProgressRelay:
     def report(self, stage: str, payload: dict[str, Any]) -> None:
         if self._closed:
             return
-        if threading.get_ident() == self._thread:
+        executor = self._executor
+        if threading.get_ident() == executor._loop_thread:
             self._push(stage, payload)
             return
+        loop = executor._loop
         # RuntimeError: the loop is closed, nobody is left to tell.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._push, stage, payload)
+            if loop is not None:
+                loop.call_soon_threadsafe(self._push, stage, payload)
 
     def _push(self, stage: str, payload: dict[str, Any]) -> None:
         if self._closed:
@@ -944,10 +942,12 @@ class _ProgressRelay:
             }
             await self._executor._emit("tool:update", data, self._span)
 
-    async def close(self) -> None:
-        if self._task is not None:
-            await self._task
+    def close(self) -> asyncio.Task[None] | None:
+        # Reports a worker thread made before its tool returned are already queued: the
+        # loop runs their callbacks before the one that hands back the tool's result.
         self._closed = True
+        task = self._task
+        return task if task is not None and not task.done() else None
 
 
 # -- prompts and helpers -----------------------------------------------------------------------

@@ -305,8 +305,8 @@ async def _execute(
         # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
         call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
         raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
-    while inspect.isawaitable(raw):  # a plain `def` that returned a coroutine
-        raw = await raw
+    while type(raw) is not ToolResult and inspect.isawaitable(raw):
+        raw = await raw  # a plain `def` that returned a coroutine
     return raw
 
 
@@ -376,6 +376,15 @@ def _accept_mapping(
 def _checked(
     result: ToolResult, schema: ToolSchema, name: str, context: ExecutionContext
 ) -> ToolResult:
+    if (
+        result.status == "success"
+        and result.call_id == context.call_id
+        and result.tool_name == name
+        and type(result.output) in _JSON_SCALARS
+        and not result.metadata
+        and result.call_id
+    ):
+        return result  # the usual case: what the checks below would return unchanged
     keep = {"output": result.output, "metadata": result.metadata}
     missing = [field for field in ("call_id", "tool_name") if not getattr(result, field)]
     if missing:

@@ -96,7 +96,7 @@ def input_errors(
     With `fast_check` (see `build_fast_check`), arguments it accepts are valid at once;
     the rest are checked by `validator`, whose errors decide.
     """
-    if not isinstance(args, Mapping):
+    if type(args) is not dict and not isinstance(args, Mapping):
         return [f"$: arguments must be a JSON object, got {type(args).__name__}"]
     if passes_fast_check(fast_check, args):
         return []
