@@ -308,3 +308,11 @@ def test_plan_snapshots_are_written_compared_and_diffed(pytester, monkeypatch):
     changed = pytester.runpytest_inprocess(*plugins)
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines(["*- ## s1 · calculator*", "*+ ## s1 · http_get*"])
+
+
+async def test_a_json_reply_is_rendered_once_when_the_model_is_made():
+    plan = {"title": "t", "steps": [{"id": "s1", "tool": "calc", "args": {"x": "1"}}]}
+    rendered = json.dumps(plan)
+    with ScriptedModel(planning=plan) as model:
+        plan["title"] = "changed after the model was made"
+        assert await ask(model, "planning") == await ask(model, "planning") == rendered

@@ -62,6 +62,10 @@ class _Script:
         if isinstance(reply, tuple) or inspect.isgenerator(reply) or isinstance(reply, Iterator):
             items = iter(reply)
             self._iterator = items
+        elif isinstance(reply, dict | list) or _is_model(reply):
+            # A JSON reply is the same text on every call: render it once, not per call
+            # (a 200-step plan costs milliseconds to dump, which a benchmark would count).
+            self._last = _as_text(reply)
         else:
             self._last = reply
 
@@ -75,11 +79,15 @@ class _Script:
             return self._last
 
 
+def _is_model(reply: Any) -> bool:
+    return hasattr(reply, "model_dump") and callable(reply.model_dump)
+
+
 def _as_text(reply: Any) -> str:
     """A reply as the text the model sends: str as-is, models and JSON values as JSON."""
     if isinstance(reply, str):
         return reply
-    if hasattr(reply, "model_dump") and callable(reply.model_dump):
+    if _is_model(reply):
         return json.dumps(reply.model_dump(mode="json", by_alias=True), ensure_ascii=False)
     if isinstance(reply, dict | list | int | float | bool) or reply is None:
         return json.dumps(reply, ensure_ascii=False, default=str)
