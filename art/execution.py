@@ -97,38 +97,58 @@ class Readiness:
     `finished` count as done from the start (a resumed run); dependencies on them are
     satisfied. Raises `graphlib.CycleError` for a cycle and ValueError for an unknown
     dependency, a second `start()`, or finishing a step twice or before it was handed out.
+    `acyclic=True` skips the cycle search, for a graph already checked (`validate_plan`).
     """
 
     __slots__ = ("_dependents", "_handed_out", "_started", "_waiting")
 
     def __init__(
-        self, dependencies: Mapping[str, Iterable[str]], *, finished: Iterable[str] = ()
+        self,
+        dependencies: Mapping[str, Iterable[str]],
+        *,
+        finished: Iterable[str] = (),
+        acyclic: bool = False,
     ) -> None:
         done = set(finished)
-        self._waiting: dict[str, int] = {}
-        self._dependents: dict[str, list[str]] = {}
-        self._handed_out: set[str] = set()
-        self._started = False
+        waiting: dict[str, int] = {}
+        dependents: dict[str, list[str]] = {}
+        # A plan of a few hundred steps can have tens of thousands of edges: count them
+        # in a plain loop, then look for mistakes once per step that is depended on.
         for step, deps in dependencies.items():
             if step in done:
                 continue
-            count = 0
+            if done:
+                deps = [dep for dep in deps if dep not in done]
+            elif not isinstance(deps, list | tuple):
+                deps = list(deps)
             for dep in deps:
-                if dep in done:
-                    continue
-                if dep not in dependencies:
-                    raise ValueError(f"step {step!r} depends on unknown step {dep!r}")
-                if dep == step:
-                    raise CycleError(f"step {step!r} depends on itself", [step, step])
-                count += 1
-                self._dependents.setdefault(dep, []).append(step)
-            self._waiting[step] = count
-        self._check_acyclic()
+                if dep in dependents:
+                    dependents[dep].append(step)
+                else:
+                    dependents[dep] = [step]
+            waiting[step] = len(deps)
+        for dep, steps in dependents.items():
+            if dep not in dependencies:
+                raise ValueError(f"step {steps[0]!r} depends on unknown step {dep!r}")
+            if dep in steps:
+                raise CycleError(f"step {dep!r} depends on itself", [dep, dep])
+        self._waiting = waiting
+        self._dependents = dependents
+        self._handed_out: set[str] = set()
+        self._started = False
+        if not acyclic:
+            self._check_acyclic()
 
     def _check_acyclic(self) -> None:
         stuck = sorted(never_ready(self._waiting, self._dependents))
         if stuck:
             raise CycleError(f"the steps {stuck} depend on each other in a cycle", stuck)
+
+    def raise_for_cycle(self) -> None:
+        """Raise CycleError when unfinished steps can never become ready (a cycle)."""
+        if self._handed_out:
+            return  # steps still out (or suspended) may yet unblock the rest
+        self._check_acyclic()
 
     def start(self) -> list[str]:
         """The steps with no unfinished dependency, in the order they were given."""
@@ -207,6 +227,8 @@ class Executor:
     are reused; `in_progress` steps run again with the next attempt number; `waiting`
     steps stay suspended. `persist` is awaited with a step's record when it starts and
     when it ends; `suspend` with each new Suspension; `plan_updated` after a replan.
+    Plans are expected to have passed `validate_plan`; a cycle in one that did not is
+    found once the steps outside it have run, and raised as `graphlib.CycleError`.
     """
 
     def __init__(
@@ -349,13 +371,18 @@ class Executor:
             if step.id not in self._records:
                 self._records[step.id] = StepRecord(step_id=step.id, tool=step.tool)
         finished = [sid for sid, rec in self._records.items() if rec.status in FINISHED]
-        self._readiness = Readiness(self._deps, finished=finished)
-        self._ready.extend(self._readiness.start())
+        # Plans come through validate_plan, which found no cycle: searching every edge
+        # again up front costs milliseconds on big plans. A cycle in a plan that was not
+        # validated leaves steps that never became ready; that is reported below.
+        self._readiness = readiness = Readiness(self._deps, finished=finished, acyclic=True)
+        self._ready.extend(readiness.start())
         async with asyncio.TaskGroup() as group:
             self._group = group
             self._start_workers()
         self._group = None
         self._ready.clear()
+        if self._stop is None and readiness.unfinished:
+            readiness.raise_for_cycle()
 
     def _start_workers(self) -> None:
         """Hand ready steps to new workers while there is room and no stop was asked for."""

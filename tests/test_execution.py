@@ -139,6 +139,28 @@ def test_readiness_is_loud_about_misuse():
         r.start()
 
 
+def test_readiness_of_a_checked_graph_skips_only_the_cycle_search():
+    r = Readiness({"a": [], "b": ["a"], "c": ["a", "b"]}, acyclic=True)
+    assert r.start() == ["a"]
+    assert r.finish("a") == ["b"]
+    assert r.finish("b") == ["c"]
+    with pytest.raises(ValueError, match="unknown step 'zz'"):
+        Readiness({"a": ["zz"]}, acyclic=True)  # the other checks still run
+    with pytest.raises(CycleError):
+        Readiness({"a": ["a"]}, acyclic=True)
+
+
+async def test_a_cyclic_plan_that_skipped_validation_still_raises_cycle_error():
+    plan = plan_of(
+        step("s1", "echo", value=1),
+        step("s2", "echo", deps=("s3",), value=2),
+        step("s3", "echo", deps=("s2",), value=3),
+    )
+    with pytest.raises(CycleError) as info:
+        await run_guarded(executor(plan, [FnTool("echo", echo)]))
+    assert info.value.args[1] == ["s2", "s3"]
+
+
 # -- concurrency ------------------------------------------------------------------------------
 
 
