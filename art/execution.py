@@ -187,7 +187,7 @@ def step_dependencies(step: Step) -> Sequence[str]:
     """Every step `step` waits for: `depends_on` plus the steps its references name."""
     deps = getattr(step, "all_dependencies", None)
     if deps is not None:
-        return tuple(deps)
+        return deps  # a fresh list each time: the caller may keep it
     from art.references import find_references
 
     return tuple(dict.fromkeys([*step.depends_on, *sorted(find_references(step.args))]))
@@ -517,7 +517,7 @@ class Executor:
             await self._finish(record, "failed", span, result.error or "the tool failed")
 
     def _resolve(self, step: Step) -> dict[str, Any]:
-        if not step.args or not step.references:
+        if not step.referencing_args:
             return dict(step.args)
         from art.references import resolve_references
 

@@ -161,7 +161,14 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
         for item in value:
             item_kind = type(item)
             if item_kind is str:
-                new = _resolve_string(item, outputs) if _MARKER in item else item
+                if _MARKER not in item:
+                    new = item
+                elif (whole := _whole_reference(item)) is not None and not whole[1]:
+                    # `{{sN.output}}` alone, the usual list item (e.g. a step's inputs)
+                    step_id = whole[0]
+                    new = outputs[step_id] if step_id in outputs else _lookup(*whole, outputs)
+                else:
+                    new = _resolve_string(item, outputs)
             elif item_kind in _SCALARS:
                 new = item
             else:

@@ -115,6 +115,15 @@ def test_repeated_reference_strings_resolve_against_each_calls_outputs():
     assert find_references(args) == {"s1"}
 
 
+def test_whole_references_in_a_list_keep_their_types_and_name_what_is_missing():
+    items = ["{{s2.output}}", " {{ s3.output }} ", "{{s6.output}}", 7, "{{s1.output}}"]
+    assert resolve_references(items, OUTPUTS) == [OUTPUTS["s2"], OUTPUTS["s3"], None, 7, 391]
+    with pytest.raises(UnresolvedReferenceError) as info:
+        resolve_references(["{{s1.output}}", "{{s9.output}}"], OUTPUTS)
+    assert str(info.value).startswith("{{s9.output}}: step 's9' has no output")
+    assert info.value.step_id == "s9" and info.value.path == ()
+
+
 def test_lists_and_tuples_are_copied_only_when_something_changed():
     plain = ["a", 1, None, {"k": "v"}]
     assert resolve_references(plain, OUTPUTS) is plain
