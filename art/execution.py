@@ -15,10 +15,10 @@ Two halves, kept apart (as CPython's `graphlib` and `asyncio.TaskGroup` are):
 
 Per step: references are resolved when the step starts; `tool:before` hooks may edit
 the arguments or veto the call; the tool runs through `invoke_tool` (which validates the
-resolved arguments against the tool's schema and enforces `step_timeout_s`, with one
-timer for all of the run's calls); retryable
-failures are retried with exponential backoff. Every record is persisted when the step
-starts and when it ends, and every status change is a `step:status` event.
+resolved arguments against the tool's schema and enforces `step_timeout_s`, one timer
+serving all of the run's calls); retryable failures are retried with exponential
+backoff. Every record is persisted when the step starts and when it ends, and every
+status change is a `step:status` event.
 """
 
 from __future__ import annotations
@@ -345,7 +345,8 @@ class Executor:
     def _blocking_pool(self, tool: Any) -> ThreadPoolExecutor | None:
         """The run's pool for plain `def` tools (threads start on demand), or None."""
         entry = self.registry.entry(tool.schema.name)
-        if entry.is_async if entry is not None else is_async_tool(tool):
+        is_async = entry.is_async if entry is not None else is_async_tool(tool)
+        if is_async:
             return None
         if self._thread_pool is None:
             self._thread_pool = ThreadPoolExecutor(

@@ -68,7 +68,7 @@ class CallTimeouts:
     than the rest of an instant call. Calls with the same timeout expire in the order
     they started, so a queue of deadlines and one handle, armed for the oldest call
     still running, serve them all. An expired call's task is cancelled, and the call
-    sees a `TimeoutError` as `asyncio.timeout` would give it (see `_Deadline.expired`).
+    sees a `TimeoutError` as `asyncio.timeout` would give it (see `_Deadline.finish`).
     """
 
     __slots__ = ("_handle", "_loop", "_queue", "timeout_s")
