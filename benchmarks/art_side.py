@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import art
+from benchmarks.harness import collect_garbage, full_collections
 from benchmarks.workloads import STEP_TOOL, StepFn, is_async
 
 STEP_SCHEMA: dict[str, Any] = {
@@ -233,6 +234,7 @@ class RunMeasure:
     cpu_s: float = 0.0  # process CPU time of the run (all threads)
     llm_cpu_s: float = 0.0
     gc_cpu_s: float = 0.0  # of cpu_s, spent in the garbage collector
+    full_collection_s: float = 0.0  # the full collection made before the run (not in it)
 
     def overhead_s(self) -> float:
         return self.wall_s - self.llm_s
@@ -257,7 +259,9 @@ def check_response(response: Any, expected_steps: int | None) -> None:
 async def run_once(
     instance: Bench, clock: LlmClock, *, expected_steps: int | None, query: str = "benchmark"
 ) -> RunMeasure:
-    """One `aprocess` on a fresh thread; wall time and the time spent in LLM calls."""
+    """One `aprocess` on a fresh thread, after a full collection (see `collect_garbage`);
+    wall time and the time spent in LLM calls."""
+    full_collection_s = collect_garbage()
     clock.reset()
     gc_started = GC_CLOCK.seconds
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -273,4 +277,14 @@ async def run_once(
         cpu_s=cpu,
         llm_cpu_s=clock.cpu_seconds,
         gc_cpu_s=gc_cpu,
+        full_collection_s=full_collection_s,
     )
+
+
+async def full_collections_per_run(instance: Bench, runs: int) -> float:
+    """Full collections per run over `runs` unmeasured runs back to back, none forced:
+    how often the engine's own garbage sets one off in a long-lived process."""
+    before = full_collections()
+    for _ in range(runs):
+        await instance.aprocess("benchmark", f"bench-{uuid.uuid4().hex}")
+    return (full_collections() - before) / runs if runs else 0.0

@@ -78,6 +78,7 @@ async def overhead(ctx: Context) -> list[Figure]:
                 lg_cpu[shape.name] = []
                 lg_build = build_s
             art_per_step, cpu_per_step, gc_per_step, walls, llms = [], [], [], [], []
+            full_collection_s: list[float] = []
             for attempt in range(s.repeats + 1):
                 measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
                 if compiled is not None:
@@ -92,6 +93,8 @@ async def overhead(ctx: Context) -> list[Figure]:
                 art_per_step.append(measure.overhead_s() / shape.size * US)
                 cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
                 gc_per_step.append(measure.gc_cpu_s / shape.size * US)
+                full_collection_s.append(measure.full_collection_s)
+            per_run = await art_side.full_collections_per_run(instance, s.gc_probe_runs)
             await instance.close()
             lg_samples = lg_cache.get(shape.name, [])
             details: dict[str, Any] = {
@@ -103,6 +106,13 @@ async def overhead(ctx: Context) -> list[Figure]:
                 # of the CPU time above, the garbage collector's (see docs/performance.md)
                 "gc_us_per_step_median": median(gc_per_step),
                 "cpu_us_per_step_min": min(cpu_per_step),
+                # Each measured run starts after a full collection (collect_garbage). Left
+                # alone, the runs' garbage sets one off this often, at this cost:
+                "full_collections_per_run": per_run,
+                "full_collection_ms_median": median(full_collection_s) * MS,
+                "full_collection_us_per_step_amortized": (
+                    per_run * median(full_collection_s) / shape.size * US
+                ),
             }
             if compiled is not None:
                 details["langgraph_build_ms"] = lg_build * MS

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
 import platform
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,6 +91,8 @@ class Settings:
     memory_steps: int = 10_000
     # start-up
     startup_repeats: int = 7
+    # unmeasured runs back to back that count the full collections a workload sets off
+    gc_probe_runs: int = 8
 
     @classmethod
     def quick_settings(cls, repeats: int | None = None) -> Settings:
@@ -107,6 +111,7 @@ class Settings:
             throughput_llm_latency_s=0.005,
             memory_steps=200,
             startup_repeats=1,
+            gc_probe_runs=2,
         )
 
 
@@ -123,6 +128,25 @@ def percentile(values: list[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def collect_garbage() -> float:
+    """Run a full garbage collection now; return its CPU time in seconds.
+
+    Called before every measured run of either engine, so that no run pays for a full
+    collection that earlier runs' garbage (the other engine's included) set off. A full
+    collection walks every tracked object of the process (litellm's import leaves about
+    400,000), so it costs the same whoever triggered it; the overhead figure reports how
+    often the engine's own runs trigger one, and what that adds per step, beside it.
+    """
+    started = time.process_time()
+    gc.collect()
+    return time.process_time() - started
+
+
+def full_collections() -> int:
+    """How many full (generation 2) collections this process has made so far."""
+    return gc.get_stats()[2]["collections"]
 
 
 # -- machine and report -------------------------------------------------------------------

@@ -13,6 +13,7 @@ import time
 from importlib import metadata
 from typing import Annotated, Any, TypedDict
 
+from benchmarks.harness import collect_garbage
 from benchmarks.workloads import Shape, StepFn, is_async, step_id
 
 
@@ -77,7 +78,9 @@ def run_config(shape: Shape) -> dict[str, Any]:
 
 
 async def run_timed(compiled: Any, shape: Shape) -> tuple[float, float]:
-    """Run the compiled graph once; return its wall and process CPU time in seconds."""
+    """Run the compiled graph once, after a full collection (as art's runs); return its
+    wall and process CPU time in seconds."""
+    collect_garbage()
     started, cpu_started = time.perf_counter(), time.process_time()
     final = await compiled.ainvoke({"outputs": {}}, config=run_config(shape))
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started

@@ -60,6 +60,19 @@ def test_overhead_covers_three_shapes_in_memory_and_sqlite(report: dict) -> None
         assert figure["target"] == (100.0 if figure["workload"].endswith("memory") else 300.0)
 
 
+def test_overhead_reports_what_full_collections_add_beside_the_figure(report: dict) -> None:
+    # Measured runs start after a full collection; how often the engine's own garbage
+    # sets one off, and what one costs, are reported beside the figure.
+    for figure in by_group(report)["overhead"]:
+        details = figure["details"]
+        assert details["full_collections_per_run"] >= 0
+        assert details["full_collection_ms_median"] > 0
+        amortized = details["full_collections_per_run"] * details["full_collection_ms_median"]
+        assert details["full_collection_us_per_step_amortized"] == pytest.approx(
+            amortized / details["steps"] * 1000
+        )
+
+
 def test_langgraph_column_is_filled_or_explained(report: dict) -> None:
     dag_figures = by_group(report)["overhead"] + by_group(report)["parallel"]
     for figure in dag_figures:
