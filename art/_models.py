@@ -27,15 +27,25 @@ class ArtModel(BaseModel):
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def trusted(cls: type[ModelT], values: dict[str, Any]) -> ModelT:
+def trusted(
+    cls: type[ModelT], values: dict[str, Any], *, private: dict[str, Any] | None = None
+) -> ModelT:
     """An instance of `cls` holding `values` as they are: no validation, no defaults.
 
     For hot paths whose values are already of the declared types and name every field;
-    pydantic's own `model_construct` costs more than validating.
+    pydantic's own `model_construct` costs more than validating. `private` holds the
+    values of the model's private attributes, if it has any.
     """
     model = cls.__new__(cls)
-    object.__setattr__(model, "__dict__", values)
-    object.__setattr__(model, "__pydantic_fields_set__", set(values))
-    object.__setattr__(model, "__pydantic_extra__", None)
-    object.__setattr__(model, "__pydantic_private__", None)
+    _set_dict(model, "__dict__", values)
+    _fields_set.__set__(model, set(values))
+    _extra.__set__(model, None)
+    _private.__set__(model, private)
     return model
+
+
+# The slots pydantic keeps beside `__dict__`, written directly (its __setattr__ validates).
+_set_dict = object.__setattr__
+_fields_set = BaseModel.__pydantic_fields_set__
+_extra = BaseModel.__pydantic_extra__
+_private = BaseModel.__pydantic_private__

@@ -36,6 +36,7 @@ from graphlib import CycleError
 from typing import TYPE_CHECKING, Any, Literal
 
 from art._log import get_logger
+from art._models import trusted
 from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
 from art.events import HookVeto
 from art.invocation import CallTimeouts, invoke_tool
@@ -1035,17 +1036,11 @@ def _call_context(
     pydantic resolves every default on each instantiation (~20 µs for this model); a
     1,000-step plan cannot afford that per call. `fields` are of their declared types.
     """
-    context = ExecutionContext.__new__(ExecutionContext)
-    values = {**template.__dict__, **fields}
-    object.__setattr__(context, "__dict__", values)
-    object.__setattr__(context, "__pydantic_fields_set__", set(values))
-    object.__setattr__(context, "__pydantic_extra__", None)
-    object.__setattr__(
-        context,
-        "__pydantic_private__",
-        {"_cancellation": cancellation, "_reporter": reporter},
+    return trusted(
+        ExecutionContext,
+        {**template.__dict__, **fields},
+        private={"_cancellation": cancellation, "_reporter": reporter},
     )
-    return context
 
 
 def _worth_retrying(result: ToolResult) -> bool:

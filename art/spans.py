@@ -5,9 +5,7 @@ from __future__ import annotations
 import random
 import secrets
 
-from pydantic import BaseModel
-
-from art._models import ArtModel
+from art._models import ArtModel, trusted
 
 
 def new_trace_id() -> str:
@@ -38,22 +36,8 @@ class SpanContext(ArtModel):
 
     def child(self) -> SpanContext:
         """A new span whose parent is this one, in the same trace."""
-        # Every step and tool call makes one: fill the model's slots directly instead of
-        # re-validating ids this span already holds.
-        span = _new(SpanContext)
-        _set_dict(span, "__dict__", {
-            "trace_id": self.trace_id,
-            "span_id": new_span_id(),
-            "parent_span_id": self.span_id,
-        })  # fmt: skip
-        _fields_set.__set__(span, {"trace_id", "span_id", "parent_span_id"})
-        _extra.__set__(span, None)
-        _private.__set__(span, None)
-        return span
-
-
-_new = SpanContext.__new__
-_set_dict = object.__setattr__
-_fields_set = BaseModel.__pydantic_fields_set__
-_extra = BaseModel.__pydantic_extra__
-_private = BaseModel.__pydantic_private__
+        # Every step and tool call makes one: the ids this span holds are valid already.
+        return trusted(
+            SpanContext,
+            {"trace_id": self.trace_id, "span_id": new_span_id(), "parent_span_id": self.span_id},
+        )
