@@ -164,7 +164,9 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
                 if _MARKER not in item:
                     new = item
                 elif (whole := _whole_reference(item)) is not None and not whole[1]:
-                    # `{{sN.output}}` alone, the usual list item (e.g. a step's inputs)
+                    # `{{sN.output}}` alone, the usual list item (e.g. a step's inputs):
+                    # _lookup's first case inlined, a call saved per item; _lookup words
+                    # the error when the output is missing.
                     step_id = whole[0]
                     new = outputs[step_id] if step_id in outputs else _lookup(*whole, outputs)
                 else:
