@@ -41,6 +41,7 @@ from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, Tool
 from art.events import HookVeto
 from art.invocation import CallTimeouts, invoke_tool
 from art.plans import Plan, Step, never_ready
+from art.references import find_references, resolve_references
 from art.registry import is_async_tool
 from art.responses import RunError, StepRecord, utcnow
 from art.serialization import safe_stringify
@@ -189,8 +190,6 @@ def step_dependencies(step: Step) -> Sequence[str]:
     deps = getattr(step, "all_dependencies", None)
     if deps is not None:
         return deps  # a fresh list each time: the caller may keep it
-    from art.references import find_references
-
     return tuple(dict.fromkeys([*step.depends_on, *sorted(find_references(step.args))]))
 
 
@@ -521,8 +520,6 @@ class Executor:
     def _resolve(self, step: Step) -> dict[str, Any]:
         if not step.referencing_args:
             return dict(step.args)
-        from art.references import resolve_references
-
         return resolve_references(step.args, self._outputs)
 
     async def _call_tool(
