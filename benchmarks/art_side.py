@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import art
-from benchmarks.harness import collect_garbage, full_collections
+from benchmarks.harness import collect_garbage
 from benchmarks.workloads import STEP_TOOL, StepFn, is_async
 
 STEP_SCHEMA: dict[str, Any] = {
@@ -284,7 +284,7 @@ async def run_once(
 async def full_collections_per_run(instance: Bench, runs: int) -> float:
     """Full collections per run over `runs` unmeasured runs back to back, none forced:
     how often the engine's own garbage sets one off in a long-lived process."""
-    before = full_collections()
+    before = GC_CLOCK.full_collections
     for _ in range(runs):
         await instance.aprocess("benchmark", f"bench-{uuid.uuid4().hex}")
-    return (full_collections() - before) / runs if runs else 0.0
+    return (GC_CLOCK.full_collections - before) / runs if runs else 0.0

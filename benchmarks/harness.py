@@ -144,11 +144,6 @@ def collect_garbage() -> float:
     return time.process_time() - started
 
 
-def full_collections() -> int:
-    """How many full (generation 2) collections this process has made so far."""
-    return gc.get_stats()[2]["collections"]
-
-
 # -- machine and report -------------------------------------------------------------------
 
 
