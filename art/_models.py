@@ -28,17 +28,22 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def trusted(
-    cls: type[ModelT], values: dict[str, Any], *, private: dict[str, Any] | None = None
+    cls: type[ModelT],
+    values: dict[str, Any],
+    *,
+    private: dict[str, Any] | None = None,
+    fields_set: set[str] | None = None,
 ) -> ModelT:
     """An instance of `cls` holding `values` as they are: no validation, no defaults.
 
     For hot paths whose values are already of the declared types and name every field;
     pydantic's own `model_construct` costs more than validating. `private` holds the
-    values of the model's private attributes, if it has any.
+    values of the model's private attributes, if it has any; `fields_set` the fields
+    given explicitly (default: all of `values`), as `model_fields_set` reports them.
     """
     model = cls.__new__(cls)
     _set_dict(model, "__dict__", values)
-    _fields_set.__set__(model, set(values))
+    _fields_set.__set__(model, set(values) if fields_set is None else fields_set)
     _extra.__set__(model, None)
     _private.__set__(model, private)
     return model

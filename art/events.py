@@ -95,32 +95,49 @@ class EventBus:
     def __init__(self) -> None:
         self._hooks: dict[str, list[tuple[Hook, bool]]] = {}
         self._subscribers: list[Callable[[Event], None]] = []
+        # Counts changes to the hooks and subscribers, so a run can keep its answers to
+        # `wants` until the next change (it asks several times per step).
+        self.changes = 0
 
     # -- registration -------------------------------------------------------------
     def on(self, name: str, fn: Hook) -> Hook:
         """Call `fn(data, context)` on every `name` event ('*' for all). Returns `fn`."""
         _check_name(name)
         self._hooks.setdefault(name, []).append((fn, False))
+        self.changes += 1
         return fn
 
     def once(self, name: str, fn: Hook) -> Hook:
         """Like `on`, but only for the next `name` event."""
         _check_name(name)
         self._hooks.setdefault(name, []).append((fn, True))
+        self.changes += 1
         return fn
 
     def off(self, name: str, fn: Hook | None = None) -> None:
         """Remove `fn` from `name`, or every hook of `name` when `fn` is None."""
         _check_name(name)
+        self.changes += 1
         if fn is None:
             self._hooks.pop(name, None)
             return
-        self._hooks[name] = [(h, o) for h, o in self._hooks.get(name, []) if h is not fn]
+        kept = [(h, o) for h, o in self._hooks.get(name, []) if h is not fn]
+        if kept:
+            self._hooks[name] = kept
+        else:
+            self._hooks.pop(name, None)
 
     def subscribe(self, sink: Callable[[Event], None]) -> Callable[[], None]:
         """Receive every event (after hooks ran); returns the unsubscribe function."""
         self._subscribers.append(sink)
-        return lambda: self._subscribers.remove(sink) if sink in self._subscribers else None
+        self.changes += 1
+
+        def unsubscribe() -> None:
+            if sink in self._subscribers:
+                self._subscribers.remove(sink)
+                self.changes += 1
+
+        return unsubscribe
 
     def wants(self, name: str) -> bool:
         return bool(self._subscribers or self._hooks.get(name) or self._hooks.get(ALL_EVENTS))
@@ -198,7 +215,12 @@ class EventBus:
                 continue
             selected.extend(fn for fn, _ in entries)
             if any(once for _, once in entries):
-                self._hooks[key] = [(fn, once) for fn, once in entries if not once]
+                kept = [(fn, once) for fn, once in entries if not once]
+                if kept:
+                    self._hooks[key] = kept
+                else:
+                    del self._hooks[key]
+                self.changes += 1
         return selected
 
     async def _report_hook_failure(
@@ -233,7 +255,7 @@ class RunEvents:
     Emitting costs a few dict lookups when nobody listens and the event is not logged.
     """
 
-    __slots__ = ("bus", "keep", "log", "logged", "sinks")
+    __slots__ = ("_listened", "_seen_changes", "_wants", "bus", "keep", "log", "logged", "sinks")
 
     def __init__(
         self,
@@ -249,13 +271,33 @@ class RunEvents:
         self.keep = keep
         # (name, data, span, timestamp) per logged event; the owner drains it to storage.
         self.log: list[tuple[str, dict[str, Any], SpanContext | None, datetime]] = []
+        # Answers to wants/listened by event name, valid while the bus has not changed.
+        self._wants: dict[str, bool] = {}
+        self._listened: dict[str, bool] = {}
+        self._seen_changes = bus.changes
 
     def wants(self, name: str) -> bool:
-        return bool(self.sinks) or name in self.logged or self.bus.wants(name)
+        """Whether emitting `name` does anything: a hook, subscriber, sink, or the log."""
+        if self._seen_changes != self.bus.changes:
+            self._forget()
+        wanted = self._wants.get(name)
+        if wanted is None:
+            wanted = self._wants[name] = name in self.logged or self.listened(name)
+        return wanted
 
     def listened(self, name: str) -> bool:
         """Whether a hook, subscriber or sink would see `name` (the log aside)."""
-        return bool(self.sinks) or self.bus.wants(name)
+        if self._seen_changes != self.bus.changes:
+            self._forget()
+        listened = self._listened.get(name)
+        if listened is None:
+            listened = self._listened[name] = bool(self.sinks) or self.bus.wants(name)
+        return listened
+
+    def _forget(self) -> None:
+        self._wants.clear()
+        self._listened.clear()
+        self._seen_changes = self.bus.changes
 
     async def emit(
         self,

@@ -42,7 +42,6 @@ from art.events import HookVeto
 from art.invocation import CallTimeouts, invoke_tool
 from art.plans import Plan, Step, never_ready
 from art.references import find_references, resolve_references
-from art.registry import is_async_tool
 from art.responses import RunError, StepRecord, utcnow
 from art.serialization import safe_stringify
 from art.spans import SpanContext
@@ -52,7 +51,7 @@ from art.tooling import CancellationToken, ExecutionContext, ToolResult
 if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient
-    from art.registry import ToolRegistry
+    from art.registry import ToolEntry, ToolRegistry
 
 __all__ = [
     "FINISHED",
@@ -342,11 +341,9 @@ class Executor:
         log.debug("plan executed", run_id=run.run_id, status=outcome.status)
         return outcome
 
-    def _blocking_pool(self, tool: Any) -> ThreadPoolExecutor | None:
+    def _blocking_pool(self, entry: ToolEntry) -> ThreadPoolExecutor | None:
         """The run's pool for plain `def` tools (threads start on demand), or None."""
-        entry = self.registry.entry(tool.schema.name)
-        is_async = entry.is_async if entry is not None else is_async_tool(tool)
-        if is_async:
+        if entry.is_async:
             return None
         if self._thread_pool is None:
             self._thread_pool = ThreadPoolExecutor(
@@ -370,7 +367,7 @@ class Executor:
         self._deps = {step.id: step_dependencies(step) for step in self.plan.steps}
         for step in self.plan.steps:
             if step.id not in self._records:
-                self._records[step.id] = StepRecord(step_id=step.id, tool=step.tool)
+                self._records[step.id] = _pending_record(step)
         finished = [sid for sid, rec in self._records.items() if rec.status in FINISHED]
         # Plans come through validate_plan, which found no cycle: searching every edge
         # again up front costs milliseconds on big plans. A cycle in a plan that was not
@@ -468,8 +465,8 @@ class Executor:
 
     # -- tool steps ---------------------------------------------------------------------
     async def _tool_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
-        tool = self.registry.get(step.tool or "")
-        if tool is None:
+        entry = self.registry.entry(step.tool or "")
+        if entry is None:
             known = ", ".join(self.registry.names()) or "none"
             await self._finish(
                 record, "failed", span, f"unknown tool {step.tool!r} (registered: {known})"
@@ -493,7 +490,7 @@ class Executor:
                 )
                 return
             await self._start(record, span, attempts=attempt, args=args)
-            result, vetoed = await self._call_tool(step, tool, args, attempt, span)
+            result, vetoed = await self._call_tool(step, entry, args, attempt, span)
             if vetoed is not None:
                 _update(record, result=result)
                 await self._finish(record, "failed", span, vetoed)
@@ -523,9 +520,15 @@ class Executor:
         return resolve_references(step.args, self._outputs)
 
     async def _call_tool(
-        self, step: Step, tool: Any, args: dict[str, Any], attempt: int, step_span: SpanContext
+        self,
+        step: Step,
+        entry: ToolEntry,
+        args: dict[str, Any],
+        attempt: int,
+        step_span: SpanContext,
     ) -> tuple[ToolResult, str | None]:
         """One tool execution; returns its result and, when a hook vetoed it, the reason."""
+        tool = entry.tool
         run = self.run_context
         span = step_span.child()
         call_id = f"{run.run_id}:{step.id}:{attempt}"
@@ -599,7 +602,7 @@ class Executor:
                 args,
                 context,
                 registry=self.registry,
-                thread_pool=self._blocking_pool(tool),
+                thread_pool=self._blocking_pool(entry),
                 timeouts=self._timeouts,
             )
         finally:
@@ -807,7 +810,7 @@ class Executor:
         for step in new_plan.steps:
             if step.id in kept:
                 continue
-            fresh = StepRecord(step_id=step.id, tool=step.tool)
+            fresh = _pending_record(step)
             if step.id in self._records and self._records[step.id].status != "pending":
                 await self._save(fresh)  # storage must not see the old attempt as finished
             kept[step.id] = fresh
@@ -857,15 +860,21 @@ class Executor:
         if record.started_at is None:
             values["started_at"] = utcnow()
         _update(record, status="in_progress", **values)
-        await self._save(record)
-        await self._emit_status(record, span)
+        if self._persist is not None:
+            await self._persist(record)
+        # `in_progress` is never stored in the run's event log: it is emitted only when a
+        # hook, subscriber or stream is there to see it.
+        if self._events.listened("step:status"):
+            await self._emit_status(record, span)
 
     async def _finish(
         self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
     ) -> None:
         _update(record, status=status, reason=reason, ended_at=utcnow())
-        await self._save(record)
-        await self._emit_status(record, span)
+        if self._persist is not None:
+            await self._persist(record)
+        if self._events.wants("step:status"):
+            await self._emit_status(record, span)
 
     async def _save(self, record: StepRecord) -> None:
         if self._persist is not None:
@@ -1019,6 +1028,24 @@ def _update(record: StepRecord, **values: Any) -> None:
     handler (a few µs each, ten times per step); the values are of the declared types."""
     record.__dict__.update(values)
     record.__pydantic_fields_set__.update(values)
+
+
+def _pending_record(step: Step) -> StepRecord:
+    """A fresh record of a step that has not run, as `StepRecord(step_id=, tool=)` makes
+    it, without validating (one per step of the plan)."""
+    return trusted(
+        StepRecord,
+        {"step_id": step.id, **_PENDING, "tool": step.tool},
+        fields_set={"step_id", "tool"},
+    )
+
+
+# StepRecord's defaults, all immutable (None, "pending", 0): shared by every fresh record.
+_PENDING: dict[str, Any] = {
+    name: info.get_default(call_default_factory=True)
+    for name, info in StepRecord.model_fields.items()
+    if not info.is_required()
+}
 
 
 def _call_context(

@@ -235,3 +235,28 @@ async def test_emitting_with_nobody_listening_builds_nothing():
     await logged.emit("step:status", data)
     assert [name for name, *_ in logged.drain()] == ["step:status"]
     assert logged.drain() == []
+
+
+async def test_a_run_sees_hooks_and_subscribers_added_or_removed_while_it_runs():
+    # A run remembers what it asked `wants`/`listened` until the bus changes.
+    bus = EventBus()
+    run = RunEvents(bus, logged=frozenset({"step:status"}))
+    assert not run.listened("tool:after") and not run.wants("tool:after")
+    assert run.wants("step:status") and not run.listened("step:status")
+
+    seen: list[str] = []
+    hook = bus.on("tool:after", lambda data, ctx: seen.append(ctx.name))
+    assert run.wants("tool:after") and run.listened("tool:after")
+    bus.off("tool:after", hook)
+    assert not run.wants("tool:after")
+
+    bus.once("step:status", lambda data, ctx: seen.append(ctx.name))
+    assert run.listened("step:status")
+    await run.emit("step:status", {"status": "completed"})
+    assert seen == ["step:status"]
+    assert not run.listened("step:status")  # the once-hook is used up
+
+    unsubscribe = bus.subscribe(lambda event: seen.append(event.name))
+    assert run.listened("tool:update")
+    unsubscribe()
+    assert not run.listened("tool:update")
