@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
@@ -27,9 +27,16 @@ from art.state import (
     Suspension,
     ThreadSummary,
 )
-from art.storage import dump_json, load_json, timestamp_key
+from art.storage import dump_json, load_json
 
 __all__ = ["MemoryStorage"]
+
+
+def _utc(moment: datetime) -> datetime:
+    """`moment` in UTC, a naive one read as UTC: the order `timestamp_key` gives."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 @dataclass
@@ -37,7 +44,7 @@ class _Thread:
     run_ids: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     suspension_ids: list[str] = field(default_factory=list)
-    events: list[tuple[int, str, str, str]] = field(default_factory=list)
+    events: list[tuple[int, str, datetime, str]] = field(default_factory=list)
     updated_at: datetime = field(default_factory=utcnow)
     touched: int = 0
 
@@ -203,8 +210,14 @@ class MemoryStorage(StorageAdapter):
     # -- events -------------------------------------------------------------------
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         # Serialised before taking the lock; the number is kept beside the text and set
-        # on read, so an event is dumped once and never copied.
-        rows = [(e.thread_id, e.name, timestamp_key(e.timestamp), dump_json(e)) for e in events]
+        # on read, so an event is dumped once and never copied. The time is kept as an
+        # aware UTC datetime (the engine's already are), compared as timestamp_key orders.
+        rows = []
+        for event in events:
+            moment = event.timestamp
+            if moment.tzinfo is not UTC:
+                moment = _utc(moment)
+            rows.append((event.thread_id, event.name, moment, dump_json(event)))
         with self._lock:
             for thread_id, name, moment, text in rows:
                 self._thread(thread_id).events.append((next(self._event_seq), name, moment, text))
@@ -219,8 +232,8 @@ class MemoryStorage(StorageAdapter):
         limit: int | None = None,
     ) -> list[StoredEvent]:
         wanted = set(names) if names is not None else None
-        since_key = timestamp_key(since) if since is not None else None
-        until_key = timestamp_key(until) if until is not None else None
+        since_key = _utc(since) if since is not None else None
+        until_key = _utc(until) if until is not None else None
         with self._lock:
             thread = self._threads.get(thread_id)
             rows = list(thread.events) if thread else []

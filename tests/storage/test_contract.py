@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -481,6 +481,31 @@ async def test_event_log_queries_by_name_time_and_limit(storage: StorageAdapter)
     assert [e.name for e in await storage.query_events("t-events", limit=2)] == names[:2]
     assert await storage.query_events("t-events", names=[]) == []
     assert await storage.query_events("t-nobody") == []
+
+
+async def test_event_times_compare_as_instants_whatever_their_zone(
+    storage: StorageAdapter,
+) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    moments = [
+        T0,
+        (T0 + timedelta(seconds=1)).astimezone(plus_two),  # 14:00:01+02:00
+        (T0 + timedelta(seconds=2)).replace(tzinfo=None),  # naive means UTC
+    ]
+    await storage.append_events(
+        [
+            StoredEvent(thread_id="t-zones", name=name, timestamp=moment)
+            for name, moment in zip("abc", moments, strict=True)
+        ]
+    )
+
+    async def names(**window: datetime) -> list[str]:
+        return [e.name for e in await storage.query_events("t-zones", **window)]
+
+    assert await names(since=moments[1]) == ["b", "c"]
+    assert await names(since=T0 + timedelta(seconds=1, microseconds=1)) == ["c"]
+    assert await names(until=(T0 + timedelta(seconds=2)).replace(tzinfo=None)) == ["a", "b"]
+    assert await names(since=T0.astimezone(plus_two), until=moments[1]) == ["a"]
 
 
 # -- threads ----------------------------------------------------------------------------
