@@ -86,7 +86,24 @@ def _results_text(data: SynthesisInput) -> str:
             parts.append(f"Plan: {title}")
     if data.records:
         parts.append("Results of the steps:")
-        parts.extend(_step_text(record, descriptions, data) for record in data.records)
+        display_tools, limits, max_length = data.display_tools, data.limits, data.max_length
+        for record in data.records:
+            # The usual step (completed, a tool's output in the prompt, no human decision)
+            # written here, without a call per step; _step_text writes every other case.
+            result, tool = record.result, record.tool
+            if (
+                record.status != "completed"
+                or result is None
+                or result.metadata
+                or not tool
+                or tool in display_tools
+            ):
+                parts.append(_step_text(record, descriptions, data))
+                continue
+            step_id = record.step_id
+            what = descriptions.get(step_id) or ""
+            output = safe_stringify(result.output, max_length=limits.get(step_id, max_length))
+            parts.append(f"[{step_id}] {what} (tool {tool}): completed. Output:\n{output}")
     else:
         parts.append("No steps were needed: answer from the conversation and what you know.")
     parts.append("Write the answer to the question now.")

@@ -7,6 +7,7 @@ from art.plans import Plan
 from art.responses import ConversationMessage, StepRecord
 from art.synthesis import (
     SynthesisInput,
+    _step_text,
     _water_fill,
     fit_to_context,
     gather_sources,
@@ -53,6 +54,37 @@ def test_the_prompt_holds_the_query_the_plan_and_every_output():
     assert "Weather report" in text
     assert '[s1] look up Paris (tool search): completed. Output:\n{"temp": 21}' in text
     assert "sunny, 25 C" in text
+
+
+def test_every_kind_of_step_is_written_as_the_general_step_text_writes_it():
+    # Completed tool steps without metadata take a shorter path; it writes the same text.
+    records = [
+        done("s1", {"temp": 21}),
+        done("s2", "x" * 500),  # cut by its limit below
+        done("s9", 7),  # not in the plan: no description
+        done("s3", "chart", tool="chart"),  # a display tool
+        done("s4", "paid", tool="pay", decision="approved"),
+        done("s5", "cited", sources=["https://example.com"]),
+        done("s6", "thought").model_copy(update={"tool": None}),  # a reasoning step
+        done("s7", None, tool="odd name "),
+        StepRecord(step_id="s8", tool="search", status="failed", reason="HTTP 500"),
+        StepRecord(step_id="s10", tool="search", status="waiting"),
+    ]
+    data = SynthesisInput(
+        query="q",
+        plan=PLAN,
+        records=records,
+        display_tools=frozenset({"chart"}),
+        max_length=1000,
+        limits={"s2": 100},
+    )
+    descriptions = {step.id: step.description for step in PLAN.steps}
+    results = prompt_of(data).split("\n\nResults of the steps:\n\n")[1]
+    expected = [_step_text(record, descriptions, data) for record in records]
+    assert results.split("\n\n")[: len(records)] == expected
+    assert expected[0] == '[s1] look up Paris (tool search): completed. Output:\n{"temp": 21}'
+    assert expected[2] == "[s9]  (tool search): completed. Output:\n7"  # no description
+    assert "truncated" in expected[1] and len(expected[1].split("\n")[1]) == 100
 
 
 def test_each_output_is_cut_to_tool_result_max_length():
