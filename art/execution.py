@@ -289,6 +289,7 @@ class Executor:
         self._readiness: Readiness | None = None
         self._steps: dict[str, Step] = {}
         self._deps: dict[str, Sequence[str]] = {}
+        self._unsuccessful: set[str] = set()  # finished steps that did not complete
         self._used = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -369,6 +370,7 @@ class Executor:
             if step.id not in self._records:
                 self._records[step.id] = _pending_record(step)
         finished = [sid for sid, rec in self._records.items() if rec.status in FINISHED]
+        self._unsuccessful = {sid for sid in finished if self._records[sid].status != "completed"}
         # Plans come through validate_plan, which found no cycle: searching every edge
         # again up front costs milliseconds on big plans. A cycle in a plan that was not
         # validated leaves steps that never became ready; that is reported below.
@@ -432,12 +434,16 @@ class Executor:
     async def _run_step(self, step_id: str) -> None:
         step = self._steps[step_id]
         record = self._records[step_id]
-        for dep in self._deps[step_id]:
-            dep_record = self._records.get(dep)
-            if dep_record is None or dep_record.status != "completed":
-                span = self.run_context.span.child()
-                await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
-                return
+        deps = self._deps[step_id]
+        # A ready step's dependencies have all finished; look for the one that did not
+        # complete only when some step did not (a step may wait for dozens).
+        if self._unsuccessful and not self._unsuccessful.isdisjoint(deps):
+            for dep in deps:
+                dep_record = self._records.get(dep)
+                if dep_record is None or dep_record.status != "completed":
+                    span = self.run_context.span.child()
+                    await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
+                    return
         step_span = self.run_context.span.child()
         try:
             if step.tool is None:
@@ -871,6 +877,8 @@ class Executor:
         self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
     ) -> None:
         _update(record, status=status, reason=reason, ended_at=utcnow())
+        if status != "completed":
+            self._unsuccessful.add(record.step_id)
         if self._persist is not None:
             await self._persist(record)
         if self._events.wants("step:status"):

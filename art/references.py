@@ -155,6 +155,15 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
                 resolved[key] = new
         return value if resolved is None else resolved
     if isinstance(value, list | tuple):
+        if len(value) >= _MANY and (ids := _whole_reference_ids(value)) is not None:
+            # A list of plain `{{sN.output}}` references (a step's inputs): the ids were
+            # read once for the whole list.
+            try:
+                found = [outputs[step_id] for step_id in ids]
+            except KeyError:
+                pass  # the loop below words the error
+            else:
+                return tuple(found) if isinstance(value, tuple) else found
         # Strings, the usual item, are handled here without a call each.
         items = []
         changed = False
@@ -181,6 +190,32 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
             return value
         return tuple(items) if isinstance(value, tuple) else items
     return value
+
+
+# Lists at least this long are looked up as a whole (see `_referenced_ids`).
+_MANY = 4
+
+
+def _whole_reference_ids(items: list[Any] | tuple[Any, ...]) -> tuple[str, ...] | None:
+    """The step ids of `items` when every item is a plain `{{sN.output}}`, else None."""
+    try:
+        return _referenced_ids(tuple(items))
+    except TypeError:  # an unhashable item (a dict or a list): not all references
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _referenced_ids(items: tuple[Any, ...]) -> tuple[str, ...] | None:
+    """Cached by the whole list: every step of a layer may list the same references."""
+    ids = []
+    for item in items:
+        if type(item) is not str or _MARKER not in item:
+            return None
+        whole = _whole_reference(item)
+        if whole is None or whole[1]:
+            return None
+        ids.append(whole[0])
+    return tuple(ids)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -146,7 +146,10 @@ async def parallel(ctx: Context) -> list[Figure]:
     s = ctx.settings
     shape = layers(s.parallel_depth, s.parallel_width)
     dag_path_s = s.parallel_depth * s.parallel_sleep_s
-    art_critical_s = dag_path_s + 2 * s.parallel_llm_latency_s
+    # The two LLM calls count as long as they took: the scripted latency plus litellm's
+    # own work around each call, which the engine cannot shorten (the overhead figure
+    # leaves LLM time out the same way). The nominal ratio is reported beside it.
+    nominal_critical_s = dag_path_s + 2 * s.parallel_llm_latency_s
     figures = []
     for variant, sync in (("async tools", False), ("sync tools in threads", True)):
         fn = make_step_fn(s.parallel_sleep_s, sync=sync)
@@ -157,14 +160,16 @@ async def parallel(ctx: Context) -> list[Figure]:
             execution_config={"max_concurrency": s.parallel_concurrency},
         )
         compiled = langgraph_side.build_graph(shape, fn) if ctx.with_langgraph else None
-        art_ratios, lg_ratios = [], []
+        art_ratios, nominal_ratios, llm_ms, lg_ratios = [], [], [], []
         for attempt in range(s.repeats + 1):
             measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
             if compiled is not None:
                 lg_wall = await langgraph_side.run_once(compiled, shape)
             if not attempt:
                 continue
-            art_ratios.append(measure.wall_s / art_critical_s)
+            art_ratios.append(measure.wall_s / (dag_path_s + measure.llm_s))
+            nominal_ratios.append(measure.wall_s / nominal_critical_s)
+            llm_ms.append(measure.llm_s * MS)
             if compiled is not None:
                 lg_ratios.append(lg_wall / dag_path_s)
         await instance.close()
@@ -181,7 +186,10 @@ async def parallel(ctx: Context) -> list[Figure]:
                 samples=art_ratios,
                 other_samples=lg_ratios,
                 details={
-                    "critical_path_ms": art_critical_s * MS,
+                    "critical_path_ms": dag_path_s * MS + median(llm_ms),
+                    "llm_calls_ms_median": median(llm_ms),
+                    "nominal_critical_path_ms": nominal_critical_s * MS,
+                    "ratio_to_nominal_critical_path": median(nominal_ratios),
                     "langgraph_critical_path_ms": dag_path_s * MS,
                     "llm_latency_ms": s.parallel_llm_latency_s * MS,
                     "max_concurrency": s.parallel_concurrency,

@@ -187,3 +187,16 @@ def test_references_by_argument_names_the_arguments_that_hold_them():
     args = {"n": 1, "a": ["{{s2.output}}", "{{s1.output}}"], "b": {"c": "{{s2.output.x}}"}}
     assert references_by_argument(args) == (("s2", "s1"), frozenset({"a", "b"}))
     assert references_by_argument({"n": 1, "t": "text"}) == ((), frozenset())
+
+
+def test_a_long_list_of_references_resolves_like_a_short_one():
+    # Lists of four or more plain references take a cached path; results must not differ.
+    outputs = {f"s{i}": {"v": i} for i in range(1, 7)}
+    refs = [f"{{{{s{i}.output}}}}" for i in range(1, 7)]
+    resolved = resolve_references({"inputs": refs}, outputs)["inputs"]
+    assert resolved == [outputs[f"s{i}"] for i in range(1, 7)]
+    assert resolve_references(tuple(refs), outputs) == tuple(resolved)
+    assert resolve_references([*refs, "{{s1.output.v}}"], outputs)[-1] == 1
+    assert resolve_references([*refs, "total"], outputs)[-1] == "total"
+    with pytest.raises(UnresolvedReferenceError, match="s6"):
+        resolve_references(refs, {k: v for k, v in outputs.items() if k != "s6"})
