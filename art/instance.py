@@ -849,11 +849,15 @@ class _Session:
         run, record = self.run, self.record
         steps = list(record.steps.values())
         display_tools = self.inst._display_tools
-        display = [
-            DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
-            for r in steps
-            if r.status == "completed" and r.tool in display_tools
-        ]
+        display = (
+            [
+                DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
+                for r in steps
+                if r.status == "completed" and r.tool in display_tools
+            ]
+            if display_tools  # most instances have no display tool: no walk over the steps
+            else []
+        )
         message = ConversationMessage(
             thread_id=run.thread_id,
             role="assistant",

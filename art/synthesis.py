@@ -225,7 +225,7 @@ def gather_sources(records: Sequence[StepRecord]) -> list[Source]:
     seen: set[tuple[str, str | None]] = set()
     for record in records:
         result = record.result
-        if result is None or record.status != "completed":
+        if result is None or not result.metadata or record.status != "completed":
             continue
         raw = result.metadata.get("sources")
         if not raw:
