@@ -226,6 +226,8 @@ class Executor:
     are reused; `in_progress` steps run again with the next attempt number; `waiting`
     steps stay suspended. `persist` is awaited with a step's record when it starts and
     when it ends; `suspend` with each new Suspension; `plan_updated` after a replan.
+    `thread_pool` runs the plain `def` tools (default: a pool of `max_concurrency`
+    threads made for this run and shut down at its end).
     Plans are expected to have passed `validate_plan`; a cycle in one that did not is
     found once the steps outside it have run, and raised as `graphlib.CycleError`.
     """
@@ -246,6 +248,7 @@ class Executor:
         persist: PersistStep | None = None,
         suspend: SaveSuspension | None = None,
         plan_updated: PlanUpdated | None = None,
+        thread_pool: ThreadPoolExecutor | None = None,
     ) -> None:
         self.run_context = run
         self.plan = plan
@@ -279,8 +282,10 @@ class Executor:
         self._cancelling = False
         self._tasks: dict[str, asyncio.Task[None]] = {}  # running step -> its worker
         self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
-        # Blocking (`def`) tools run here, so max_concurrency of them can run at once.
-        self._thread_pool: ThreadPoolExecutor | None = None
+        # Blocking (`def`) tools run on the pool given (the instance's, whose threads
+        # outlive a run) or on one of this run's own, made when first needed.
+        self._thread_pool = thread_pool
+        self._owns_pool = False
         timeout_s = self._config.step_timeout_s
         self._timeouts = CallTimeouts(timeout_s) if timeout_s else None
         self._ready: deque[str] = deque()
@@ -324,7 +329,7 @@ class Executor:
         finally:
             if self._timeouts is not None:
                 self._timeouts.close()
-            if self._thread_pool is not None:
+            if self._owns_pool and self._thread_pool is not None:
                 # Threads of tools that ignored cancellation finish on their own.
                 self._thread_pool.shutdown(wait=False, cancel_futures=True)
         outcome = self._outcome()
@@ -347,6 +352,7 @@ class Executor:
         if entry.is_async:
             return None
         if self._thread_pool is None:
+            self._owns_pool = True
             self._thread_pool = ThreadPoolExecutor(
                 max_workers=self._config.max_concurrency, thread_name_prefix="art-tool"
             )

@@ -10,13 +10,12 @@ ToolResult passes through unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import types
 import typing
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, overload
 
 import docstring_parser
@@ -99,6 +98,10 @@ class FunctionTool(IToolExecutor):
             label=label,
         )
         self._is_async = inspect.iscoroutinefunction(fn)
+        if not self._is_async:
+            # A plain `def` executor: the engine runs the call on its tool threads, which
+            # max_concurrency bounds (asyncio.to_thread would use the loop's small pool).
+            self.execute = self._execute_blocking  # type: ignore[method-assign]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -107,7 +110,43 @@ class FunctionTool(IToolExecutor):
         return f"FunctionTool({self.schema.name!r})"
 
     async def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
-        """Convert the input to the parameter types, call the function, wrap its return."""
+        """Convert the input to the parameter types, call the function, wrap its return.
+
+        For a plain `def` function `execute` is a plain method too, which the engine runs
+        in a worker thread."""
+        call = self._arguments(input, context)
+        if isinstance(call, ToolResult):
+            return call
+        positional, values = call
+        returned = await self.fn(*positional, **values)
+        return self._result(returned, context)
+
+    def _execute_blocking(
+        self, input: dict[str, Any], context: ExecutionContext
+    ) -> ToolResult | Awaitable[ToolResult]:
+        call = self._arguments(input, context)
+        if isinstance(call, ToolResult):
+            return call
+        positional, values = call
+        returned = self.fn(*positional, **values)
+        if inspect.isawaitable(returned):  # a callable object with an async __call__
+            return self._awaited(returned, context)
+        return self._result(returned, context)
+
+    async def _awaited(self, returned: Awaitable[Any], context: ExecutionContext) -> ToolResult:
+        return self._result(await returned, context)
+
+    def _result(self, returned: Any, context: ExecutionContext) -> ToolResult:
+        if isinstance(returned, ToolResult):
+            return returned
+        return ToolResult(
+            call_id=context.call_id, tool_name=self.schema.name, status="success", output=returned
+        )
+
+    def _arguments(
+        self, input: dict[str, Any], context: ExecutionContext
+    ) -> tuple[list[Any], dict[str, Any]] | ToolResult:
+        """The function's arguments from `input`, or the VALIDATION_ERROR result."""
         try:
             parsed = self._input_model.model_validate(input)
         except pydantic.ValidationError as exc:
@@ -126,18 +165,7 @@ class FunctionTool(IToolExecutor):
         if self._context_param is not None:
             values[self._context_param] = context
         positional = [values.pop(name) for name in self._positional]
-
-        if self._is_async:
-            returned = await self.fn(*positional, **values)
-        else:
-            returned = await asyncio.to_thread(self.fn, *positional, **values)
-            if inspect.isawaitable(returned):  # a callable object with an async __call__
-                returned = await returned
-        if isinstance(returned, ToolResult):
-            return returned
-        return ToolResult(
-            call_id=context.call_id, tool_name=self.schema.name, status="success", output=returned
-        )
+        return positional, values
 
 
 @overload

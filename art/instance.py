@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError
@@ -128,6 +129,8 @@ def _clip(text: str) -> str:
 
 
 _HISTORY_LIMIT = 20
+#: Plain `def` tool calls that run at once across all the runs of one instance.
+TOOL_THREADS = 256
 
 
 def no_model_message() -> str:
@@ -201,6 +204,13 @@ class ArtInstance:
         self._portal: Portal | None = None
         self._active: dict[str, _Session] = {}
         self._closed = False
+        # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
+        self._blocking_tools = any(
+            not entry.is_async
+            for entry in map(self.registry.entry, self.registry.names())
+            if entry is not None
+        )
+        self._tool_pool: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return (
@@ -392,6 +402,11 @@ class ArtInstance:
         if self._closed:
             return
         self._closed = True
+        with self._portal_lock:
+            pool, self._tool_pool = self._tool_pool, None
+        if pool is not None:
+            # Threads of tools that ignored cancellation finish on their own.
+            pool.shutdown(wait=False, cancel_futures=True)
         if self._opened and self._owns_storage:
             await self.storage.close()
         if self._callbacks is not None:
@@ -423,6 +438,21 @@ class ArtInstance:
             await asyncio.to_thread(portal.close)
 
     # -- internals ----------------------------------------------------------------------
+    def _tool_threads(self) -> ThreadPoolExecutor | None:
+        """The threads every run of this instance calls its plain `def` tools on, or None
+        when it has none. Made on first use; a thread is started only when no idle one is
+        left, so the threads of one run serve the next instead of being started again.
+        `max_concurrency` still bounds each run; up to TOOL_THREADS calls run at once
+        across the instance's runs, more wait for a thread."""
+        if not self._blocking_tools:
+            return None
+        with self._portal_lock:
+            if self._tool_pool is None:
+                self._tool_pool = ThreadPoolExecutor(
+                    max_workers=TOOL_THREADS, thread_name_prefix="art-tool"
+                )
+            return self._tool_pool
+
     def _sync(self, coro: Any, *, allow_closed: bool = False) -> Any:
         if self._closed and not allow_closed:
             coro.close()
@@ -749,6 +779,7 @@ class _Session:
             persist=self._persist,
             suspend=storage.add_suspension,
             plan_updated=self._plan_updated,
+            thread_pool=inst._tool_threads(),
         )
         outcome = await self.executor.run()
         record.steps = outcome.records

@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import threading
 from typing import Any
 
 import litellm
@@ -633,3 +634,34 @@ async def test_a_cancelled_aprocess_is_left_for_the_same_query_to_continue(scrip
     assert response.metadata.run_id == state.active_run.run_id
     assert response.steps[0].attempts == 2
     assert [c.phase for c in model.calls] == ["planning", "synthesis"]
+
+
+async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instance(
+    scripted_model, make
+):
+    seen: list[threading.Thread] = []
+    # Eight at once: more than the event loop's default pool has on a small machine
+    # (min(32, cores + 4)), which `def` tools must not be limited to.
+    all_eight = threading.Barrier(8, timeout=GUARD_S)
+
+    @art.tool
+    def where(n: int) -> int:
+        """Record the thread the call runs on, once eight calls run at once."""
+        all_eight.wait()
+        seen.append(threading.current_thread())
+        return n
+
+    plan = {"steps": [{"id": f"s{i}", "tool": "where", "args": {"n": i}} for i in range(8)]}
+    model = scripted_model(planning=plan, synthesis="ok")
+    inst = make([where], model=model, execution_config={"max_concurrency": 8})
+    first = await inst.aprocess("go", "t1")
+    threads_of_first = set(seen)
+    seen.clear()
+    second = await inst.aprocess("go", "t2")
+    assert first.status == second.status == "success"
+    assert len(threads_of_first) == 8 and threading.main_thread() not in threads_of_first
+    assert set(seen) == threads_of_first  # started once, used again by the next run
+    pool = inst._tool_pool
+    assert pool is not None
+    await inst.aclose()
+    assert inst._tool_pool is None and pool._shutdown
