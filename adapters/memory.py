@@ -2,9 +2,12 @@
 
 Records are stored as JSON text and parsed on every read, exactly as the durable adapters
 do, so a caller never shares a mutable object with the store and a test that passes here
-sees the same values SQLite or PostgreSQL would return. One `threading.Lock` guards the
-state: it is safe across coroutines, event loops and threads of one process. Nothing
-survives the process; the lease is per process.
+sees the same values SQLite or PostgreSQL would return. One exception saves a JSON dump
+per step: a step's start (`in_progress`, no result yet), which its end replaces a moment
+later, keeps its values and is written as JSON only if it is read first.
+
+One `threading.Lock` guards the state: it is safe across coroutines, event loops and
+threads of one process. Nothing survives the process; the lease is per process.
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ class _Thread:
 class _Run:
     thread_id: str
     run_json: str
-    steps: dict[str, str] = field(default_factory=dict)
+    steps: dict[str, str | dict[str, Any]] = field(default_factory=dict)  # see save_step
+
+
+def _load_step(saved: str | dict[str, Any]) -> StepRecord:
+    if isinstance(saved, dict):  # a step's start, not written yet (see save_step)
+        saved = dump_json(StepRecord.model_construct(**saved))
+    return load_json(StepRecord, saved)
 
 
 class MemoryStorage(StorageAdapter):
@@ -85,7 +94,7 @@ class MemoryStorage(StorageAdapter):
 
     def _load_run(self, stored: _Run) -> RunRecord:
         run = load_json(RunRecord, stored.run_json)
-        run.steps = {step_id: load_json(StepRecord, text) for step_id, text in stored.steps.items()}
+        run.steps = {step_id: _load_step(saved) for step_id, saved in stored.steps.items()}
         return run
 
     # -- runs ---------------------------------------------------------------------
@@ -141,12 +150,19 @@ class MemoryStorage(StorageAdapter):
             self._touch(thread)
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:
-        text = dump_json(record)
+        saved: str | dict[str, Any]
+        if record.status == "in_progress" and record.result is None:
+            # A step's start, which its end replaces a moment later: keep the values
+            # (the engine replaces them, never edits them) and write the JSON only if
+            # the record is read before then.
+            saved = dict(record.__dict__)
+        else:
+            saved = dump_json(record)
         with self._lock:
             stored = self._runs.get(run_id)
             if stored is None:
                 raise KeyError(f"no run {run_id!r}")
-            stored.steps[record.step_id] = text
+            stored.steps[record.step_id] = saved
 
     # -- suspensions --------------------------------------------------------------
     async def add_suspension(self, suspension: Suspension) -> None:

@@ -206,6 +206,31 @@ async def test_stored_records_are_copies(storage: StorageAdapter) -> None:
     assert again.steps["s1"].output == {"items": [1, 2]}
 
 
+async def test_a_started_step_reads_back_as_it_was_saved(storage: StorageAdapter) -> None:
+    run = make_run("t-started")
+    await storage.create_run(run)
+    started = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    step = StepRecord(
+        step_id="s1",
+        tool="calculator",
+        status="in_progress",
+        attempts=1,
+        started_at=started,
+        args={"expression": "17*23", "tags": {"x"}},
+    )
+    await storage.save_step(run.run_id, step)
+    # The engine replaces a record's values after saving it (it never edits them).
+    step.status, step.attempts, step.args = "completed", 2, {"expression": "1+1"}
+
+    loaded = await storage.get_run(run.run_id)
+
+    assert loaded is not None
+    read = loaded.steps["s1"]
+    assert (read.status, read.attempts, read.started_at) == ("in_progress", 1, started)
+    assert read.args == {"expression": "17*23", "tags": ["x"]}  # as JSON carries a set
+    assert read.result is None and read.tool == "calculator"
+
+
 async def test_outputs_json_cannot_carry_are_stored_as_text(storage: StorageAdapter) -> None:
     run = make_run("t-odd")
     await storage.create_run(run)
