@@ -28,7 +28,10 @@ _SECRET_KEY = re.compile(
 _NOT_SECRET_KEYS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
-_TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+# (pattern, replacement, words): a pattern runs only on a text that holds one of its
+# words once case-folded, as each of its matches does. Scanning costs: the first pattern
+# tries a match at every word character (~0.3 ms per 1,000 characters of JSON).
+_TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     # `api_key=...`, `"api_key": "..."`, `password: ...`, `x-api-key: ...`
     (
         re.compile(
@@ -37,21 +40,27 @@ _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             re.IGNORECASE,
         ),
         r"\g<key>\g<quote>" + MASK,
+        ("key", "secret", "passw", "token"),
     ),
     # Authorization headers and bearer tokens.
     (
         re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s+[A-Za-z0-9._~+/\-]{8,}=*", re.IGNORECASE),
         r"\g<scheme> " + MASK,
+        ("bearer", "basic", "token"),
     ),
     # OpenAI / Anthropic / OpenRouter style keys: sk-..., sk-proj-..., sk-ant-...
-    (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), "sk-" + MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), "sk-" + MASK, ("sk-",)),
     # Other well-known shapes: Google, AWS, GitHub, Slack, Hugging Face, Groq, xAI.
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"), MASK),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),
-    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"), MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), MASK),
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), MASK),
-    (re.compile(r"\b(?:gsk|xai)-?_?[A-Za-z0-9]{20,}"), MASK),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"), MASK, ("aiza",)),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK, ("akia", "asia")),
+    (
+        re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"),
+        MASK,
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), MASK, ("xox",)),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), MASK, ("hf_",)),
+    (re.compile(r"\b(?:gsk|xai)-?_?[A-Za-z0-9]{20,}"), MASK, ("gsk", "xai")),
 )
 
 # Secret values shorter than this are not masked inside free text (it would mask words).
@@ -90,8 +99,13 @@ def _redact_text(text: str, secrets: Iterable[str]) -> str:
         if len(secret) >= _MIN_SECRET_LENGTH and secret in text:
             text = text.replace(secret, MASK)
     if "sk-" in text or "=" in text or ":" in text or " " in text:
-        for pattern, replacement in _TEXT_PATTERNS:
-            text = pattern.sub(replacement, text)
+        lowered = text.casefold()
+        for pattern, replacement, words in _TEXT_PATTERNS:
+            if not any(word in lowered for word in words):
+                continue
+            masked = pattern.sub(replacement, text)
+            if masked != text:
+                text, lowered = masked, masked.casefold()
     return text
 
 

@@ -103,3 +103,24 @@ def test_exceptions_become_masked_text():
 )
 def test_secret_key_names(key, secret):
     assert is_secret_key(key) is secret
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "API_KEY=abcdef123",
+        "api\u212aey=abcdef123",  # KELVIN SIGN matches k when case is ignored
+        "pa\u017fsword: abcdef123",  # LONG S matches s when case is ignored
+        "Authorization: BEARER abcdefghijkl",
+        "found AKIA" + "A" * 16 + " in logs",
+    ],
+)
+def test_secret_shapes_are_masked_in_any_case(text):
+    # Each pattern runs only on texts holding one of its words once case-folded.
+    assert "abcdef123" not in redact(text) and "AAAAAAAAAAAAAAAA" not in redact(text)
+    assert "***" in redact(text)
+
+
+def test_text_without_secret_words_is_left_as_it_is():
+    plan = '{"steps": [{"id": "s1", "tool": "search", "args": {"query": "x = 1: y"}}]}' * 40
+    assert redact(plan) == plan
