@@ -227,7 +227,9 @@ class Executor:
     steps stay suspended. `persist` is awaited with a step's record when it starts and
     when it ends; `suspend` with each new Suspension; `plan_updated` after a replan.
     `thread_pool` runs the plain `def` tools (default: a pool of `max_concurrency`
-    threads made for this run and shut down at its end).
+    threads made for this run and shut down at its end). `idle` is called when every
+    running step is waiting for its tool and no step is ready: time the run would
+    otherwise spend waiting (the instance writes its event log then).
     Plans are expected to have passed `validate_plan`; a cycle in one that did not is
     found once the steps outside it have run, and raised as `graphlib.CycleError`.
     """
@@ -249,6 +251,7 @@ class Executor:
         suspend: SaveSuspension | None = None,
         plan_updated: PlanUpdated | None = None,
         thread_pool: ThreadPoolExecutor | None = None,
+        idle: Callable[[], None] | None = None,
     ) -> None:
         self.run_context = run
         self.plan = plan
@@ -286,6 +289,9 @@ class Executor:
         # outlive a run) or on one of this run's own, made when first needed.
         self._thread_pool = thread_pool
         self._owns_pool = False
+        self._idle = idle
+        self._in_tools = 0  # running steps whose tool call is under way
+        self._idle_check: asyncio.Handle | None = None
         timeout_s = self._config.step_timeout_s
         self._timeouts = CallTimeouts(timeout_s) if timeout_s else None
         self._ready: deque[str] = deque()
@@ -327,6 +333,8 @@ class Executor:
                 if not replanned:
                     break
         finally:
+            if self._idle_check is not None:
+                self._idle_check.cancel()
             if self._timeouts is not None:
                 self._timeouts.close()
             if self._owns_pool and self._thread_pool is not None:
@@ -357,6 +365,12 @@ class Executor:
                 max_workers=self._config.max_concurrency, thread_name_prefix="art-tool"
             )
         return self._thread_pool
+
+    def _check_idle(self) -> None:
+        self._idle_check = None
+        running = self._running
+        if running and running == self._in_tools and not self._ready and self._stop is None:
+            self._idle()  # type: ignore[misc]
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run: no new steps, running ones cancelled (their tools see it)."""
@@ -608,6 +622,10 @@ class Executor:
         self._tokens[step.id] = token
         run.stats.add_tool_call()
         started = time.perf_counter()
+        self._in_tools += 1
+        if self._idle is not None and self._idle_check is None and not self._ready:
+            # Looked at once this worker yields: an instant tool has returned by then.
+            self._idle_check = self._loop.call_soon(self._check_idle)  # type: ignore[union-attr]
         try:
             result = await invoke_tool(
                 tool,
@@ -618,6 +636,7 @@ class Executor:
                 timeouts=self._timeouts,
             )
         finally:
+            self._in_tools -= 1
             del self._tokens[step.id]
             token.detach()
             if relay is not None and (draining := relay.close()) is not None:

@@ -103,6 +103,8 @@ def _logged(name: str, data: dict[str, Any]) -> bool:
 
 def _stored_data(name: str, data: dict[str, Any]) -> dict[str, Any]:
     """The compact form of an event's data kept in the event log."""
+    if name == "plan:created" and isinstance(data.get("plan"), ArtModel):
+        return {**data, "plan": data["plan"].to_wire()}  # logged only (see _phases)
     if name == "message:before":
         messages = data.get("messages") or []
         return {
@@ -673,6 +675,10 @@ class _Session:
         self.executor: Executor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._cancel_reason: str | None = None
+        # The event log is written by one writer at a time, in order: every few hundred
+        # events, while the executor waits for its tools, and at the end.
+        self._log_lock = asyncio.Lock()
+        self._log_writer: asyncio.Task[None] | None = None
 
     # -- the run ----------------------------------------------------------------------
     async def drive(
@@ -698,7 +704,7 @@ class _Session:
             except asyncio.CancelledError:
                 # Left as a crash leaves it (the same query continues it); keep the log.
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._flush_events())
+                    await asyncio.shield(self._finish_log())
                 raise
             except Exception as exc:
                 log.exception("run failed inside the engine", run_id=run.run_id)
@@ -708,7 +714,7 @@ class _Session:
                 )
                 response = await self._error(error)
             await self._emit("session:end", _end_data(response))
-            await self._flush_events()
+            await self._finish_log()
             return response
         finally:
             if inst._active.get(run.thread_id) is self:
@@ -754,7 +760,10 @@ class _Session:
             record.status = "running"
             self._sync_counters()
             await storage.update_run(record)
-            await self._emit("plan:created", {"plan": plan.to_wire(), "steps": len(plan.steps)})
+            # The plan's wire form is made when a hook or stream sees the event, or else
+            # when the log is written (while the executor waits, for a parallel plan).
+            wire = plan.to_wire() if self.events.listened("plan:created") else plan
+            await self._emit("plan:created", {"plan": wire, "steps": len(plan.steps)})
         elif record.status != "running":
             record.status = "running"
             await storage.update_run(record)
@@ -780,6 +789,7 @@ class _Session:
             suspend=storage.add_suspension,
             plan_updated=self._plan_updated,
             thread_pool=inst._tool_threads(),
+            idle=self._write_log_while_idle,
         )
         outcome = await self.executor.run()
         record.steps = outcome.records
@@ -934,7 +944,25 @@ class _Session:
         record.usage = stats.usage
         record.llm_cost = stats.llm_cost
 
+    def _write_log_while_idle(self) -> None:
+        """The executor is waiting for its tools: write the event log now, not later."""
+        if self.events.log and (self._log_writer is None or self._log_writer.done()):
+            self._log_writer = asyncio.get_running_loop().create_task(self._flush_events())
+
+    async def _finish_log(self) -> None:
+        """Write the rest of the event log, after a write begun while idle."""
+        writer, self._log_writer = self._log_writer, None
+        try:
+            if writer is not None:
+                await writer
+        finally:
+            await self._flush_events()
+
     async def _flush_events(self) -> None:
+        async with self._log_lock:
+            await self._write_events()
+
+    async def _write_events(self) -> None:
         batch = self.events.drain()
         if not batch:
             return

@@ -183,6 +183,37 @@ async def test_independent_steps_run_at_the_same_time():
     assert outcome.outputs == {"s1": "a", "s2": "b"}
 
 
+async def test_idle_is_called_while_every_running_step_waits_for_its_tool():
+    release = asyncio.Event()
+    states: list[tuple[int, bool]] = []
+
+    async def wait(input, context):
+        await release.wait()
+        return "done"
+
+    def idle() -> None:
+        states.append((len(ex._tokens), release.is_set()))
+        release.set()  # seen idle once: let the tools finish
+
+    plan = plan_of(step("s1", "wait"), step("s2", "wait"), step("s3", "echo", ("s1", "s2")))
+    ex = executor(plan, [FnTool("wait", wait), FnTool("echo", echo)], idle=idle)
+    outcome = await run_guarded(ex)
+    assert outcome.status == "completed"
+    assert states == [(2, False)]  # once, with both tool calls under way
+
+
+async def test_idle_is_not_called_while_steps_are_ready_or_tools_return_at_once(monkeypatch):
+    monkeypatch.setattr("art.execution._SLICE_S", 0.0)  # the worker yields after every step
+    calls: list[int] = []
+    plan = plan_of(
+        *(step(f"s{i}", deps=(f"s{i - 1}",) if i > 1 else (), value=i) for i in range(1, 60))
+    )
+    outcome = await run_guarded(
+        executor(plan, [FnTool("echo", echo)], idle=lambda: calls.append(1))
+    )
+    assert outcome.status == "completed" and calls == []
+
+
 class BlockingMeet(art.IToolExecutor):
     """A plain `def` tool that returns only once every copy of it is running at once."""
 

@@ -665,3 +665,33 @@ async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instanc
     assert pool is not None
     await inst.aclose()
     assert inst._tool_pool is None and pool._shutdown
+
+
+async def test_the_event_log_is_written_while_the_run_waits_for_its_tools(scripted_model, make):
+    release = asyncio.Event()
+
+    class Slow(art.IToolExecutor):
+        schema = art.ToolSchema(name="slow", description="waits until released")
+
+        async def execute(self, input, context):
+            await release.wait()
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="slow", status="success", output="done"
+            )
+
+    plan = {"steps": [{"id": "s1", "tool": "slow"}, {"id": "s2", "tool": "slow"}]}
+    inst = make([Slow()], model=scripted_model(planning=plan, synthesis="ok"))
+    run = asyncio.create_task(inst.aprocess("go", "t-idle"))
+    stored: list[Any] = []
+    async with asyncio.timeout(GUARD_S):
+        while not stored:  # both steps wait for their tool: the log is written meanwhile
+            await asyncio.sleep(0.01)
+            stored = await inst.storage.query_events("t-idle", names=["plan:created"])
+    assert not run.done()
+    assert [s["id"] for s in stored[0].data["plan"]["steps"]] == ["s1", "s2"]  # wire form
+    release.set()
+    response = await run
+    assert response.status == "success"
+    names = [e.name for e in await inst.storage.query_events("t-idle")]
+    assert names.count("plan:created") == 1 and names[-1] == "session:end"
+    assert names.count("step:status") == 2  # written once each, in order, after the idle write
