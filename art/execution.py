@@ -499,7 +499,11 @@ class Executor:
             )
             return
         try:
-            args = self._resolve(step)
+            args = (
+                resolve_references(step.args, self._outputs)
+                if step.referencing_args
+                else dict(step.args)
+            )
         except Exception as exc:
             await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
             return
@@ -539,11 +543,6 @@ class Executor:
             await self._suspend_step(step, record, result, span)
         else:
             await self._finish(record, "failed", span, result.error or "the tool failed")
-
-    def _resolve(self, step: Step) -> dict[str, Any]:
-        if not step.referencing_args:
-            return dict(step.args)
-        return resolve_references(step.args, self._outputs)
 
     async def _call_tool(
         self,
@@ -972,7 +971,7 @@ class _ProgressRelay:
         self._tool = tool
         self._call_id = call_id
         self._span = span
-        self._items: deque[tuple[str, dict[str, Any]]] = deque()
+        self._items: deque[tuple[str, dict[str, Any]]] | None = None  # made by a report
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -992,6 +991,8 @@ class _ProgressRelay:
     def _push(self, stage: str, payload: dict[str, Any]) -> None:
         if self._closed:
             return
+        if self._items is None:
+            self._items = deque()
         self._items.append((stage, payload))
         if self._task is None or self._task.done():
             group = self._executor._group
@@ -999,7 +1000,7 @@ class _ProgressRelay:
             self._task = group.create_task(drain) if group else asyncio.ensure_future(drain)
 
     async def _drain(self) -> None:
-        while self._items:
+        while self._items:  # a drain runs only after a report made the queue
             stage, payload = self._items.popleft()
             data = {
                 "stage": stage,

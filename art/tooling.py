@@ -79,7 +79,9 @@ class CancellationToken:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._children: set[CancellationToken] = set()
+        # Made by the first child(): one token is made per tool call, and a call's
+        # token rarely has children of its own.
+        self._children: set[CancellationToken] | None = None
         self._parent: CancellationToken | None = None
         self._cancelled = False
         # Made by the first wait(): a threading.Event costs more than the rest of the
@@ -95,8 +97,8 @@ class CancellationToken:
             self._cancelled = True
             if self._event is not None:
                 self._event.set()
-            children, self._children = self._children, set()
-        for child in children:
+            children, self._children = self._children, None
+        for child in children or ():
             child.cancel(reason)
 
     def child(self) -> CancellationToken:
@@ -109,6 +111,8 @@ class CancellationToken:
         token = CancellationToken()
         with self._lock:
             if not self._cancelled:
+                if self._children is None:
+                    self._children = set()
                 self._children.add(token)
                 token._parent = self
                 return token
@@ -121,7 +125,8 @@ class CancellationToken:
         parent, self._parent = self._parent, None
         if parent is not None:
             with parent._lock:
-                parent._children.discard(self)
+                if parent._children is not None:
+                    parent._children.discard(self)
 
     @property
     def cancelled(self) -> bool:
