@@ -313,9 +313,14 @@ class RunEvents:
             data = await self.bus.emit(
                 name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
             )
+        self.log_only(name, data, span)
+        return data
+
+    def log_only(self, name: str, data: dict[str, Any], span: SpanContext | None) -> None:
+        """Log an event that no hook, subscriber or sink sees (`not listened(name)`):
+        what `emit` would do, without a coroutine (the executor logs one per step)."""
         if name in self.logged and (self.keep is None or self.keep(name, data)):
             self.log.append((name, data, span, datetime.now(UTC)))
-        return data
 
     def drain(self) -> list[tuple[str, dict[str, Any], SpanContext | None, datetime]]:
         """The logged events not drained yet, oldest first."""

@@ -905,8 +905,11 @@ class Executor:
             self._unsuccessful.add(record.step_id)
         if self._persist is not None:
             await self._persist(record)
-        if self._events.wants("step:status"):
+        events = self._events
+        if events.listened("step:status"):
             await self._emit_status(record, span)
+        elif events.wants("step:status"):  # for the run's log alone: no coroutine
+            events.log_only("step:status", _status_data(record), span)
 
     async def _save(self, record: StepRecord) -> None:
         if self._persist is not None:
@@ -919,15 +922,11 @@ class Executor:
         wanted = events.listened if record.status == "in_progress" else events.wants
         if not wanted("step:status"):
             return
-        data: dict[str, Any] = {
-            "step_id": record.step_id,
-            "tool": record.tool,
-            "status": record.status,
-            "attempt": record.attempts,
-        }
-        if record.reason:
-            data["reason"] = record.reason
-        await self._emit("step:status", data, span)
+        data = _status_data(record)
+        if events.listened("step:status"):
+            await self._emit("step:status", data, span)
+        else:
+            events.log_only("step:status", data, span)
 
     async def _emit(self, name: str, data: dict[str, Any], span: SpanContext) -> dict[str, Any]:
         run = self.run_context
@@ -1062,6 +1061,19 @@ def _update(record: StepRecord, **values: Any) -> None:
     handler (a few µs each, ten times per step); the values are of the declared types."""
     record.__dict__.update(values)
     record.__pydantic_fields_set__.update(values)
+
+
+def _status_data(record: StepRecord) -> dict[str, Any]:
+    """The data of a record's `step:status` event."""
+    data: dict[str, Any] = {
+        "step_id": record.step_id,
+        "tool": record.tool,
+        "status": record.status,
+        "attempt": record.attempts,
+    }
+    if record.reason:
+        data["reason"] = record.reason
+    return data
 
 
 def _pending_record(step: Step) -> StepRecord:

@@ -253,7 +253,12 @@ async def _invoke(
     task = asyncio.current_task()
     deadline = timeouts.start(task) if timeouts is not None and task is not None else None
     try:
-        raw = await _execute(tool, dict(args), context, is_async, thread_pool)
+        if is_async:  # what _execute does for it, without another coroutine per call
+            raw = await tool.execute(dict(args), context)  # type: ignore[misc]
+            if type(raw) is not ToolResult and inspect.isawaitable(raw):
+                raw = await _settled(raw)
+        else:
+            raw = await _execute(tool, dict(args), context, is_async, thread_pool)
     except asyncio.CancelledError as exc:
         if deadline is not None and deadline.finish():
             timeout = timeouts.timeout_s if timeouts is not None else 0.0
@@ -314,6 +319,10 @@ async def _execute(
         # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
         call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
         raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
+    return await _settled(raw)
+
+
+async def _settled(raw: Any) -> Any:
     while type(raw) is not ToolResult and inspect.isawaitable(raw):
         raw = await raw  # a plain `def` that returned a coroutine
     return raw
