@@ -28,7 +28,7 @@ import contextlib
 import json
 import threading
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -112,7 +112,7 @@ class Readiness:
     ) -> None:
         done = set(finished)
         waiting: dict[str, int] = {}
-        dependents: dict[str, list[str]] = {}
+        dependents: defaultdict[str, list[str]] = defaultdict(list)
         # A plan of a few hundred steps can have tens of thousands of edges: count them
         # in a plain loop, then look for mistakes once per step that is depended on.
         for step, deps in dependencies.items():
@@ -123,10 +123,7 @@ class Readiness:
             elif not isinstance(deps, list | tuple):
                 deps = list(deps)
             for dep in deps:
-                if dep in dependents:
-                    dependents[dep].append(step)
-                else:
-                    dependents[dep] = [step]
+                dependents[dep].append(step)
             waiting[step] = len(deps)
         for dep, steps in dependents.items():
             if dep not in dependencies:
