@@ -213,6 +213,7 @@ class ArtInstance:
             if entry is not None
         )
         self._tool_pool: ThreadPoolExecutor | None = None
+        self._tool_pool_lock = threading.Lock()  # runs may start from several threads
 
     def __repr__(self) -> str:
         return (
@@ -404,7 +405,7 @@ class ArtInstance:
         if self._closed:
             return
         self._closed = True
-        with self._portal_lock:
+        with self._tool_pool_lock:
             pool, self._tool_pool = self._tool_pool, None
         if pool is not None:
             # Threads of tools that ignored cancellation finish on their own.
@@ -448,7 +449,7 @@ class ArtInstance:
         across the instance's runs, more wait for a thread."""
         if not self._blocking_tools:
             return None
-        with self._portal_lock:
+        with self._tool_pool_lock:
             if self._tool_pool is None:
                 self._tool_pool = ThreadPoolExecutor(
                     max_workers=TOOL_THREADS, thread_name_prefix="art-tool"

@@ -253,12 +253,12 @@ async def _invoke(
     task = asyncio.current_task()
     deadline = timeouts.start(task) if timeouts is not None and task is not None else None
     try:
-        if is_async:  # what _execute does for it, without another coroutine per call
+        if is_async:
             raw = await tool.execute(dict(args), context)  # type: ignore[misc]
             if type(raw) is not ToolResult and inspect.isawaitable(raw):
                 raw = await _settled(raw)
         else:
-            raw = await _execute(tool, dict(args), context, is_async, thread_pool)
+            raw = await _in_thread(tool, dict(args), context, thread_pool)
     except asyncio.CancelledError as exc:
         if deadline is not None and deadline.finish():
             timeout = timeouts.timeout_s if timeouts is not None else 0.0
@@ -306,19 +306,16 @@ def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> l
         return None
 
 
-async def _execute(
+async def _in_thread(
     tool: IToolExecutor,
     args: dict[str, Any],
     context: ExecutionContext,
-    is_async: bool,
     thread_pool: Executor | None = None,
 ) -> Any:
-    if is_async:
-        raw = await tool.execute(args, context)  # type: ignore[misc]
-    else:
-        # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
-        call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
-        raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
+    """A plain `def` tool's call, on `thread_pool` (None: the loop's default executor)."""
+    # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
+    call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
+    raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
     return await _settled(raw)
 
 
