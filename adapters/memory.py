@@ -235,8 +235,11 @@ class MemoryStorage(StorageAdapter):
                 moment = _utc(moment)
             rows.append((event.thread_id, event.name, moment, dump_json(event)))
         with self._lock:
-            for thread_id, name, moment, text in rows:
-                self._thread(thread_id).events.append((next(self._event_seq), name, moment, text))
+            thread_id, events = None, []  # a batch is usually one run's: one thread
+            for row_thread_id, name, moment, text in rows:
+                if row_thread_id != thread_id:
+                    thread_id, events = row_thread_id, self._thread(row_thread_id).events
+                events.append((next(self._event_seq), name, moment, text))
 
     async def query_events(
         self,

@@ -101,6 +101,12 @@ def _logged(name: str, data: dict[str, Any]) -> bool:
     return True
 
 
+# Events whose stored data is not their data as emitted (see _stored_data).
+_COMPACTED_EVENTS = frozenset(
+    {"plan:created", "message:before", "message:after", "session:end", "tool:update"}
+)
+
+
 def _stored_data(name: str, data: dict[str, Any]) -> dict[str, Any]:
     """The compact form of an event's data kept in the event log."""
     if name == "plan:created" and isinstance(data.get("plan"), ArtModel):
@@ -972,7 +978,8 @@ class _Session:
         stored = []
         # Not validated: every value below is of its field's type (one event per step).
         for name, data, span, timestamp in batch:
-            data = _stored_data(name, data)
+            if name in _COMPACTED_EVENTS:
+                data = _stored_data(name, data)
             if name in _REDACTED_EVENTS:
                 data = redact(data)
             stored.append(
