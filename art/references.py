@@ -81,8 +81,9 @@ def _collect(value: Any, found: list[str]) -> None:
         items = value
     else:
         return
-    # Exact strings only: a str subclass is read through its str().
-    if items is value and set(map(type, value)) == _TEXT_ONLY:
+    # Exact strings only: a str subclass is read through its str(). A short list (a
+    # step's one or two inputs, the usual case) is cheaper to walk in the loop below.
+    if items is value and len(value) >= _MANY and set(map(type, value)) == _TEXT_ONLY:
         text = _SEPARATOR.join(value)
         if _MARKER in text:
             found.extend(_ids_in(text))
