@@ -729,7 +729,8 @@ class Executor:
         record.status = "waiting"
         record.reason = "waiting for a human decision"
         await self._save(record)
-        await self._emit_status(record, span)
+        if (emitting := self._emit_status(record, span)) is not None:
+            await emitting
 
     # -- reasoning steps ----------------------------------------------------------------
     async def _reasoning_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
@@ -889,10 +890,8 @@ class Executor:
         _update(record, status="in_progress", **values)
         if self._persist is not None:
             await self._persist(record)
-        # `in_progress` is never stored in the run's event log: it is emitted only when a
-        # hook, subscriber or stream is there to see it.
-        if self._events.listened("step:status"):
-            await self._emit_status(record, span)
+        if (emitting := self._emit_status(record, span)) is not None:
+            await emitting
 
     async def _finish(
         self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
@@ -902,28 +901,23 @@ class Executor:
             self._unsuccessful.add(record.step_id)
         if self._persist is not None:
             await self._persist(record)
-        events = self._events
-        if events.listened("step:status"):
-            await self._emit_status(record, span)
-        elif events.wants("step:status"):  # for the run's log alone: no coroutine
-            events.log_only("step:status", _status_data(record), span)
+        if (emitting := self._emit_status(record, span)) is not None:
+            await emitting
 
     async def _save(self, record: StepRecord) -> None:
         if self._persist is not None:
             await self._persist(record)
 
-    async def _emit_status(self, record: StepRecord, span: SpanContext) -> None:
+    def _emit_status(self, record: StepRecord, span: SpanContext) -> Awaitable[Any] | None:
+        """The record's `step:status` event: the emission to await when a hook, subscriber
+        or stream sees it; else logged here, without a coroutine (one per step), unless
+        it is `in_progress`, which the run's event log never keeps."""
         events = self._events
-        # `in_progress` is never stored in the run's event log: emit it only when a hook,
-        # subscriber or stream is there to see it.
-        wanted = events.listened if record.status == "in_progress" else events.wants
-        if not wanted("step:status"):
-            return
-        data = _status_data(record)
         if events.listened("step:status"):
-            await self._emit("step:status", data, span)
-        else:
-            events.log_only("step:status", data, span)
+            return self._emit("step:status", _status_data(record), span)
+        if record.status != "in_progress" and events.wants("step:status"):
+            events.log_only("step:status", _status_data(record), span)
+        return None
 
     async def _emit(self, name: str, data: dict[str, Any], span: SpanContext) -> dict[str, Any]:
         run = self.run_context

@@ -37,13 +37,7 @@ import pydantic
 
 from art._log import get_logger
 from art.errors import ToolErrorCode
-from art.registry import (
-    ToolEntry,
-    build_validator,
-    input_errors,
-    is_async_tool,
-    passes_fast_check,
-)
+from art.registry import ToolEntry, build_validator, input_errors, is_async_tool
 from art.serialization import safe_stringify, to_jsonable
 from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 
@@ -226,10 +220,7 @@ async def _invoke(
     entry = registry.entry(schema.name) if registry is not None else None
     if entry is not None and entry.tool is not tool:
         entry = None  # another tool of the same name: nothing cached applies
-    if entry is not None and type(args) is dict and passes_fast_check(entry.fast_check, args):
-        problems: list[str] | None = []  # the usual case, without the calls below
-    else:
-        problems = _input_problems(schema, args, entry)
+    problems = _input_problems(schema, args, entry)
     if problems is None:
         return _failure(
             name,
