@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
@@ -30,16 +30,9 @@ from art.state import (
     Suspension,
     ThreadSummary,
 )
-from art.storage import dump_json, load_json
+from art.storage import as_utc, dump_json, load_json
 
 __all__ = ["MemoryStorage"]
-
-
-def _utc(moment: datetime) -> datetime:
-    """`moment` in UTC, a naive one read as UTC: the order `timestamp_key` gives."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
 
 
 @dataclass
@@ -228,12 +221,7 @@ class MemoryStorage(StorageAdapter):
         # Serialised before taking the lock; the number is kept beside the text and set
         # on read, so an event is dumped once and never copied. The time is kept as an
         # aware UTC datetime (the engine's already are), compared as timestamp_key orders.
-        rows = []
-        for event in events:
-            moment = event.timestamp
-            if moment.tzinfo is not UTC:
-                moment = _utc(moment)
-            rows.append((event.thread_id, event.name, moment, dump_json(event)))
+        rows = [(e.thread_id, e.name, as_utc(e.timestamp), dump_json(e)) for e in events]
         with self._lock:
             thread_id, events = None, []  # a batch is usually one run's: one thread
             for row_thread_id, name, moment, text in rows:
@@ -251,8 +239,8 @@ class MemoryStorage(StorageAdapter):
         limit: int | None = None,
     ) -> list[StoredEvent]:
         wanted = set(names) if names is not None else None
-        since_key = _utc(since) if since is not None else None
-        until_key = _utc(until) if until is not None else None
+        since_key = as_utc(since) if since is not None else None
+        until_key = as_utc(until) if until is not None else None
         with self._lock:
             thread = self._threads.get(thread_id)
             rows = list(thread.events) if thread else []

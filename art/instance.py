@@ -897,15 +897,11 @@ class _Session:
         run, record = self.run, self.record
         steps = list(record.steps.values())
         display_tools = self.inst._display_tools
-        display = (
-            [
-                DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
-                for r in steps
-                if r.status == "completed" and r.tool in display_tools
-            ]
-            if display_tools  # most instances have no display tool: no walk over the steps
-            else []
-        )
+        display = [
+            DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
+            for r in steps
+            if r.status == "completed" and r.tool in display_tools
+        ]
         message = ConversationMessage(
             thread_id=run.thread_id,
             role="assistant",
@@ -967,38 +963,35 @@ class _Session:
 
     async def _flush_events(self) -> None:
         async with self._log_lock:
-            await self._write_events()
-
-    async def _write_events(self) -> None:
-        batch = self.events.drain()
-        if not batch:
-            return
-        thread_id, run_id, trace_id = self.run.thread_id, self.run.run_id, self.run.trace_id
-        redact = self.llm.redact
-        stored = []
-        # Not validated: every value below is of its field's type (one event per step).
-        for name, data, span, timestamp in batch:
-            if name in _COMPACTED_EVENTS:
-                data = _stored_data(name, data)
-            if name in _REDACTED_EVENTS:
-                data = redact(data)
-            stored.append(
-                trusted(
-                    StoredEvent,
-                    {
-                        "seq": None,
-                        "thread_id": thread_id,
-                        "run_id": run_id,
-                        "name": name,
-                        "data": data,
-                        "trace_id": span.trace_id if span else trace_id,
-                        "span_id": span.span_id if span else None,
-                        "parent_span_id": span.parent_span_id if span else None,
-                        "timestamp": timestamp,
-                    },
+            batch = self.events.drain()
+            if not batch:
+                return
+            thread_id, run_id, trace_id = self.run.thread_id, self.run.run_id, self.run.trace_id
+            redact = self.llm.redact
+            stored = []
+            # Not validated: every value below is of its field's type (one event per step).
+            for name, data, span, timestamp in batch:
+                if name in _COMPACTED_EVENTS:
+                    data = _stored_data(name, data)
+                if name in _REDACTED_EVENTS:
+                    data = redact(data)
+                stored.append(
+                    trusted(
+                        StoredEvent,
+                        {
+                            "seq": None,
+                            "thread_id": thread_id,
+                            "run_id": run_id,
+                            "name": name,
+                            "data": data,
+                            "trace_id": span.trace_id if span else trace_id,
+                            "span_id": span.span_id if span else None,
+                            "parent_span_id": span.parent_span_id if span else None,
+                            "timestamp": timestamp,
+                        },
+                    )
                 )
-            )
-        await self.storage.append_events(stored)
+            await self.storage.append_events(stored)
 
     async def _emit(self, name: str, data: dict[str, Any]) -> None:
         run = self.run

@@ -193,7 +193,8 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
     return value
 
 
-# Lists at least this long are looked up as a whole (see `_referenced_ids`).
+# Lists at least this long are read as a whole: scanned as one text (`_collect`) and
+# resolved through one cached lookup (`_referenced_ids`); shorter ones item by item.
 _MANY = 4
 
 

@@ -22,6 +22,7 @@ from art.state import StorageAdapter
 
 __all__ = [
     "ACCEPTED_URLS",
+    "as_utc",
     "default_sqlite_path",
     "dump_json",
     "load_json",
@@ -145,10 +146,15 @@ def load_json(model_type: type[ModelT], text: str | bytes) -> ModelT:
     return model_type.model_validate_json(text)
 
 
+def as_utc(moment: datetime) -> datetime:
+    """`moment` in UTC; a naive one is read as UTC, as every adapter reads it."""
+    if moment.tzinfo is UTC:
+        return moment
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def timestamp_key(moment: datetime) -> str:
     """A fixed-width UTC ISO string, so text order is time order (naive means UTC)."""
-    if moment.tzinfo is not UTC:
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     # isoformat is several times cheaper than strftime (one per stored event); with
     # explicit microseconds its "+00:00" suffix is always the last six characters.
-    return moment.isoformat(timespec="microseconds")[:-6] + "Z"
+    return as_utc(moment).isoformat(timespec="microseconds")[:-6] + "Z"
