@@ -244,6 +244,40 @@ async def test_outputs_json_cannot_carry_are_stored_as_text(storage: StorageAdap
     assert output["obj"].startswith("<object object")
 
 
+# Made afresh for each test: the test edits them.
+OUTPUTS = {
+    "scalar": lambda: 42,
+    "nested": lambda: {"items": [1, 2.5, "x", None, True], "deep": [[1], {"k": "v"}]},
+    "large": lambda: [{"i": i, "text": "lorem " * 3} for i in range(400)],
+    "tuple-and-int-key": lambda: {"pair": (1, 2), 3: "int key"},
+    "datetime-and-nan": lambda: {"when": T0, "nan": float("nan")},
+}
+
+
+@pytest.mark.parametrize("kind", OUTPUTS)
+async def test_a_saved_step_reads_back_as_its_json_at_save_time(
+    storage: StorageAdapter, kind: str
+) -> None:
+    output = OUTPUTS[kind]()
+    run = make_run("t-json")
+    await storage.create_run(run)
+    step = completed_step("s1", output)
+    step.args = {"expression": "17*23", "inputs": [[1, 2], {"a": [3]}]}
+    expected = StepRecord.model_validate_json(step.model_dump_json())
+    await storage.save_step(run.run_id, step)
+
+    # Edited in place after saving (a later tool given these by reference could do it).
+    step.args["inputs"][0].append(99)  # type: ignore[index]
+    step.result.metadata["unit"] = "changed"  # type: ignore[union-attr]
+    if isinstance(output, dict):
+        output["added"] = "later"
+    loaded = await storage.get_run(run.run_id)
+
+    assert loaded is not None
+    read = loaded.steps["s1"]
+    assert read.model_dump_json() == expected.model_dump_json()
+
+
 # -- suspensions ------------------------------------------------------------------------
 
 
