@@ -213,11 +213,6 @@ class ArtInstance:
         self._active: dict[str, _Session] = {}
         self._closed = False
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
-        self._blocking_tools = any(
-            not entry.is_async
-            for entry in map(self.registry.entry, self.registry.names())
-            if entry is not None
-        )
         self._tool_pool: ThreadPoolExecutor | None = None
         self._tool_pool_lock = threading.Lock()  # runs may start from several threads
 
@@ -449,11 +444,16 @@ class ArtInstance:
     # -- internals ----------------------------------------------------------------------
     def _tool_threads(self) -> ThreadPoolExecutor | None:
         """The threads every run of this instance calls its plain `def` tools on, or None
-        when it has none. Made on first use; a thread is started only when no idle one is
-        left, so the threads of one run serve the next instead of being started again.
-        `max_concurrency` still bounds each run; up to TOOL_THREADS calls run at once
-        across the instance's runs, more wait for a thread."""
-        if not self._blocking_tools:
+        when it has none (tools registered on `registry` later count too). Made on first
+        use; a thread is started only when no idle one is left, so the threads of one run
+        serve the next instead of being started again. `max_concurrency` still bounds
+        each run; up to TOOL_THREADS calls run at once across the instance's runs, more
+        wait for a thread."""
+        if self._tool_pool is None and all(
+            entry.is_async
+            for entry in map(self.registry.entry, self.registry.names())
+            if entry is not None
+        ):
             return None
         with self._tool_pool_lock:
             if self._tool_pool is None:

@@ -667,6 +667,24 @@ async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instanc
     assert inst._tool_pool is None and pool._shutdown
 
 
+async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scripted_model, make):
+    @art.tool
+    def late(n: int) -> str:
+        """Name the thread the call runs on."""
+        return threading.current_thread().name
+
+    plan = {"steps": [{"id": "s1", "tool": "late", "args": {"n": 1}}]}
+    inst = make([], model=scripted_model(planning=plan, synthesis="ok"))
+    assert inst._tool_threads() is None  # no `def` tool yet: no threads
+    inst.registry.register(late)
+
+    response = await inst.aprocess("go", "t")
+
+    assert response.status == "success"
+    assert response.steps[0].output.startswith("art-tool")
+    assert inst._tool_pool is not None  # the instance's threads, not a pool of the run's
+
+
 async def test_the_event_log_is_written_while_the_run_waits_for_its_tools(scripted_model, make):
     release = asyncio.Event()
 
