@@ -905,6 +905,8 @@ class Executor:
             await emitting
 
     async def _save(self, record: StepRecord) -> None:
+        # _start and _finish await `_persist` themselves: a coroutine less per status
+        # change, two per step.
         if self._persist is not None:
             await self._persist(record)
 
