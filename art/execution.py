@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from art._log import get_logger
 from art._models import trusted
+from art._thread_calls import HANDOFF_WAIT_S, ThreadCalls
 from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
 from art.events import HookVeto
 from art.invocation import CallTimeouts, invoke_tool
@@ -286,6 +287,7 @@ class Executor:
         # outlive a run) or on one of this run's own, made when first needed.
         self._thread_pool = thread_pool
         self._owns_pool = False
+        self._thread_calls: ThreadCalls | None = None  # this run's way onto the pool
         self._idle = idle
         self._in_tools = 0  # running steps whose tool call is under way
         self._idle_check: asyncio.Handle | None = None
@@ -334,6 +336,8 @@ class Executor:
                 self._idle_check.cancel()
             if self._timeouts is not None:
                 self._timeouts.close()
+            if self._thread_calls is not None:
+                self._thread_calls.close()
             if self._owns_pool and self._thread_pool is not None:
                 # Threads of tools that ignored cancellation finish on their own.
                 self._thread_pool.shutdown(wait=False, cancel_futures=True)
@@ -352,19 +356,28 @@ class Executor:
         log.debug("plan executed", run_id=run.run_id, status=outcome.status)
         return outcome
 
-    def _blocking_pool(self, entry: ToolEntry) -> ThreadPoolExecutor | None:
-        """The run's pool for plain `def` tools (threads start on demand), or None."""
+    def _blocking_calls(self, entry: ToolEntry) -> ThreadCalls | None:
+        """Where this run calls plain `def` tools (threads start on demand), or None."""
         if entry.is_async:
             return None
-        if self._thread_pool is None:
-            self._owns_pool = True
-            self._thread_pool = ThreadPoolExecutor(
-                max_workers=self._config.max_concurrency, thread_name_prefix="art-tool"
-            )
-        return self._thread_pool
+        if self._thread_calls is None:
+            if self._thread_pool is None:
+                self._owns_pool = True
+                self._thread_pool = ThreadPoolExecutor(
+                    max_workers=self._config.max_concurrency, thread_name_prefix="art-tool"
+                )
+            self._thread_calls = ThreadCalls(self._thread_pool)
+        return self._thread_calls
 
     def _check_idle(self) -> None:
         self._idle_check = None
+        calls = self._thread_calls
+        if calls is not None and calls.handing_out:
+            # Threads are still starting the calls just handed out: write the log after.
+            self._idle_check = self._loop.call_later(  # type: ignore[union-attr]
+                HANDOFF_WAIT_S, self._check_idle
+            )
+            return
         running = self._running
         if running and running == self._in_tools and not self._ready and self._stop is None:
             self._idle()  # type: ignore[misc]
@@ -495,6 +508,10 @@ class Executor:
                 record, "failed", span, f"unknown tool {step.tool!r} (registered: {known})"
             )
             return
+        calls = self._thread_calls
+        if calls is not None and calls.gate_closed and not entry.is_async:
+            # Let the threads start the `def` calls handed out so far (art._thread_calls).
+            await calls.wait_turn()
         try:
             args = (
                 resolve_references(step.args, self._outputs)
@@ -628,7 +645,7 @@ class Executor:
                 args,
                 context,
                 registry=self.registry,
-                thread_pool=self._blocking_pool(entry),
+                thread_pool=self._blocking_calls(entry),
                 timeouts=self._timeouts,
             )
         finally:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from art._log import get_logger
+from art._thread_calls import ThreadCalls
 from art.errors import ToolErrorCode
 from art.registry import ToolEntry, build_validator, input_errors, is_async_tool
 from art.serialization import safe_stringify, to_jsonable
@@ -306,7 +307,10 @@ async def _in_thread(
     """A plain `def` tool's call, on `thread_pool` (None: the loop's default executor)."""
     # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
     call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
-    raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
+    if isinstance(thread_pool, ThreadCalls):  # the engine's runs: see art._thread_calls
+        raw = await thread_pool.call(call)
+    else:
+        raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
     return await _settled(raw)
 
 
