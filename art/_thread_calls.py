@@ -143,7 +143,7 @@ class ThreadCalls(Executor):
                 if not turn.done():
                     turn.set_result(None)
 
-    def _run(self, future: asyncio.Future[Any], fn: Callable[[], Any], gate: Any) -> None:
+    def _run(self, future: asyncio.Future[Any], fn: Callable[[], Any], gate: object) -> None:
         """In a worker thread: open the gate this call closed, run it, post the result."""
         if gate is not None:
             self._to_loop(self._open, gate)
