@@ -297,3 +297,32 @@ async def test_def_steps_wait_at_the_closed_gate_while_async_steps_go_on(monkeyp
     assert outcome.status == "completed"
     assert sorted(seen) == ["a1", "d1", "d2"]
     pool.shutdown(wait=True)
+
+
+async def test_cancelling_a_run_cancels_the_def_steps_waiting_at_the_gate(monkeypatch):
+    monkeypatch.setattr(
+        "art.execution.ThreadCalls",
+        functools.partial(ThreadCalls, handoff_after_s=0.0, handoff_wait_s=60.0),
+    )
+    pool = ThreadPoolExecutor(max_workers=1)
+    release = blocked(pool, 1)
+    seen: list[str] = []
+    plan = Plan.model_validate(
+        {
+            "title": "gate",
+            "steps": [{"id": f"d{i}", "description": "d", "tool": "blocking"} for i in (1, 2, 3)],
+        }
+    )
+    ex = Executor(
+        make_run_context(), plan, ToolRegistry([Recorded("blocking", seen)]), thread_pool=pool
+    )
+    running = asyncio.create_task(ex.run())
+    await asyncio.sleep(0.05)
+    ex.cancel("user pressed stop")
+    async with asyncio.timeout(GUARD_S):
+        outcome = await running
+    release.set()
+    pool.shutdown(wait=True)
+    assert outcome.status == "cancelled"
+    assert {r.status for r in outcome.records.values()} == {"cancelled"}
+    assert seen == []  # d1's call was still queued: it never ran
