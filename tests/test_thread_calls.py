@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -174,72 +175,69 @@ async def test_calls_handed_out_within_handoff_after_s_leave_the_gate_open(pool)
         await asyncio.gather(*tasks)
 
 
-async def test_a_call_past_handoff_after_s_closes_the_gate_until_a_thread_takes_it():
+@contextlib.asynccontextmanager
+async def closed_gate(
+    *, wait_s: float = 60.0
+) -> AsyncIterator[tuple[ThreadCalls, asyncio.Task[Any], threading.Event]]:
+    """ThreadCalls whose gate its first call closed, and that call: no thread takes it
+    until the event is set."""
     pool = ThreadPoolExecutor(max_workers=1)
     release = blocked(pool, 1)
-    calls = ThreadCalls(pool, handoff_after_s=0.0, handoff_wait_s=60.0)
+    calls = ThreadCalls(pool, handoff_after_s=0.0, handoff_wait_s=wait_s)
     call = asyncio.create_task(calls.call(lambda: "taken"))
     await asyncio.sleep(0)
     assert calls.gate_closed
-    waiter = asyncio.create_task(calls.wait_turn())
-    await asyncio.sleep(0.05)
-    assert not waiter.done()  # no thread is free to take the call
-    release.set()
-    async with asyncio.timeout(GUARD_S):
-        await waiter
-        assert await call == "taken"
-    assert not calls.gate_closed
-    pool.shutdown(wait=True)
+    try:
+        yield calls, call, release
+    finally:
+        release.set()
+        pool.shutdown(wait=True)
+
+
+async def test_a_call_past_handoff_after_s_closes_the_gate_until_a_thread_takes_it():
+    async with closed_gate() as (calls, call, release):
+        waiter = asyncio.create_task(calls.wait_turn())
+        await asyncio.sleep(0.05)
+        assert not waiter.done()  # no thread is free to take the call
+        release.set()
+        async with asyncio.timeout(GUARD_S):
+            await waiter
+            assert await call == "taken"
+        assert not calls.gate_closed
 
 
 async def test_the_gate_opens_after_handoff_wait_s_when_no_thread_takes_the_call():
-    pool = ThreadPoolExecutor(max_workers=1)
-    release = blocked(pool, 1)
-    calls = ThreadCalls(pool, handoff_after_s=0.0, handoff_wait_s=0.01)
-    call = asyncio.create_task(calls.call(lambda: "late"))
-    await asyncio.sleep(0)
-    assert calls.gate_closed
-    async with asyncio.timeout(GUARD_S):
-        await calls.wait_turn()
-    assert not calls.gate_closed and not call.done()
-    release.set()
-    async with asyncio.timeout(GUARD_S):
-        assert await call == "late"
-    pool.shutdown(wait=True)
+    async with closed_gate(wait_s=0.01) as (calls, call, release):
+        async with asyncio.timeout(GUARD_S):
+            await calls.wait_turn()
+        assert not calls.gate_closed and not call.done()
+        release.set()
+        async with asyncio.timeout(GUARD_S):
+            assert await call == "taken"
 
 
 async def test_a_waiter_cancelled_at_the_gate_leaves_the_others_waiting_for_it_to_open():
-    pool = ThreadPoolExecutor(max_workers=1)
-    release = blocked(pool, 1)
-    calls = ThreadCalls(pool, handoff_after_s=0.0, handoff_wait_s=60.0)
-    call = asyncio.create_task(calls.call(lambda: None))
-    await asyncio.sleep(0)
-    leaving, staying = (asyncio.create_task(calls.wait_turn()) for _ in range(2))
-    await asyncio.sleep(0)
-    leaving.cancel()
-    await asyncio.sleep(0)
-    assert leaving.cancelled() and not staying.done()
-    release.set()
-    async with asyncio.timeout(GUARD_S):
-        await staying
-        await call
-    pool.shutdown(wait=True)
+    async with closed_gate() as (calls, call, release):
+        leaving, staying = (asyncio.create_task(calls.wait_turn()) for _ in range(2))
+        await asyncio.sleep(0)
+        leaving.cancel()
+        await asyncio.sleep(0)
+        assert leaving.cancelled() and not staying.done()
+        release.set()
+        async with asyncio.timeout(GUARD_S):
+            await staying
+            await call
 
 
 async def test_close_opens_the_gate_for_whoever_waits_at_it():
-    pool = ThreadPoolExecutor(max_workers=1)
-    release = blocked(pool, 1)
-    calls = ThreadCalls(pool, handoff_after_s=0.0, handoff_wait_s=60.0)
-    call = asyncio.create_task(calls.call(lambda: None))
-    await asyncio.sleep(0)
-    waiter = asyncio.create_task(calls.wait_turn())
-    await asyncio.sleep(0)
-    calls.close()
-    async with asyncio.timeout(GUARD_S):
-        await waiter
-    release.set()
-    await call
-    pool.shutdown(wait=True)
+    async with closed_gate() as (calls, call, release):
+        waiter = asyncio.create_task(calls.wait_turn())
+        await asyncio.sleep(0)
+        calls.close()
+        async with asyncio.timeout(GUARD_S):
+            await waiter
+        release.set()
+        await call
 
 
 # -- in the engine ---------------------------------------------------------------------------
