@@ -225,7 +225,9 @@ class Executor:
     steps stay suspended. `persist` is awaited with a step's record when it starts and
     when it ends; `suspend` with each new Suspension; `plan_updated` after a replan.
     `thread_pool` runs the plain `def` tools (default: a pool of `max_concurrency`
-    threads made for this run and shut down at its end). `idle` is called when every
+    threads made for this run and shut down at its end), through a `ThreadCalls` of
+    the run's, which lets the threads start their calls while a wide layer is still
+    being started. `idle` is called when every
     running step is waiting for its tool and no step is ready: time the run would
     otherwise spend waiting (the instance writes its event log then).
     Plans are expected to have passed `validate_plan`; a cycle in one that did not is
