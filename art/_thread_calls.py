@@ -58,7 +58,7 @@ class ThreadCalls(Executor):
         self._pool = pool
         self._loop = asyncio.get_running_loop()
         self._after = handoff_after_s
-        self._wait = handoff_wait_s
+        self.handoff_wait_s = handoff_wait_s  # the longest the gate stays closed
         self._lock = threading.Lock()  # guards _results, which worker threads append to
         self._results: list[_Result] = []
         self._stretch_started = 0.0  # when the loop began handing out calls without a break
@@ -128,7 +128,7 @@ class ThreadCalls(Executor):
         if self._gate is not None or now - self._stretch_started < self._after:
             return None
         gate = self._gate = object()
-        self._gate_timer = self._loop.call_later(self._wait, self._open, gate)
+        self._gate_timer = self._loop.call_later(self.handoff_wait_s, self._open, gate)
         return gate
 
     def _open(self, gate: object) -> None:

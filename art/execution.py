@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from art._log import get_logger
 from art._models import trusted
-from art._thread_calls import HANDOFF_WAIT_S, ThreadCalls
+from art._thread_calls import ThreadCalls
 from art.errors import ModelError, ModelErrorCode, PlanError, RunErrorCode, ToolErrorCode
 from art.events import HookVeto
 from art.invocation import CallTimeouts, invoke_tool
@@ -227,9 +227,9 @@ class Executor:
     `thread_pool` runs the plain `def` tools (default: a pool of `max_concurrency`
     threads made for this run and shut down at its end), through a `ThreadCalls` of
     the run's, which lets the threads start their calls while a wide layer is still
-    being started. `idle` is called when every
-    running step is waiting for its tool and no step is ready: time the run would
-    otherwise spend waiting (the instance writes its event log then).
+    being started. `idle` is called when every running step is waiting for its tool
+    and no step is ready: time the run would otherwise spend waiting (the instance
+    writes its event log then).
     Plans are expected to have passed `validate_plan`; a cycle in one that did not is
     found once the steps outside it have run, and raised as `graphlib.CycleError`.
     """
@@ -377,7 +377,7 @@ class Executor:
         if calls is not None and calls.handing_out:
             # Threads are still starting the calls just handed out: write the log after.
             self._idle_check = self._loop.call_later(  # type: ignore[union-attr]
-                HANDOFF_WAIT_S, self._check_idle
+                calls.handoff_wait_s, self._check_idle
             )
             return
         running = self._running
