@@ -101,33 +101,49 @@ def _logged(name: str, data: dict[str, Any]) -> bool:
     return True
 
 
-# Events whose stored data is not their data as emitted (see _stored_data).
-_COMPACTED_EVENTS = frozenset(
-    {"plan:created", "message:before", "message:after", "session:end", "tool:update"}
-)
-
-
-def _stored_data(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    """The compact form of an event's data kept in the event log."""
-    if name == "plan:created" and isinstance(data.get("plan"), ArtModel):
+def _stored_plan(data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(data.get("plan"), ArtModel):
         return {**data, "plan": data["plan"].to_wire()}  # logged only (see _phases)
-    if name == "message:before":
-        messages = data.get("messages") or []
-        return {
-            "phase": data.get("phase"),
-            "model": data.get("model"),
-            "messages": len(messages),
-            "prompt_chars": sum(len(str(m.get("content") or "")) for m in messages),
-        }
-    if name == "message:after" and isinstance(data.get("content"), str):
+    return data
+
+
+def _stored_prompt(data: dict[str, Any]) -> dict[str, Any]:
+    messages = data.get("messages") or []
+    return {
+        "phase": data.get("phase"),
+        "model": data.get("model"),
+        "messages": len(messages),
+        "prompt_chars": sum(len(str(m.get("content") or "")) for m in messages),
+    }
+
+
+def _stored_reply(data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(data.get("content"), str):
         return {**data, "content": _clip(data["content"])}
-    if name == "session:end":
-        return {k: v for k, v in data.items() if k != "response"}
-    if name == "tool:update" and "output" in data:
+    return data
+
+
+def _stored_end(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "response"}
+
+
+def _stored_update(data: dict[str, Any]) -> dict[str, Any]:
+    if "output" in data:
         from art.serialization import safe_stringify
 
         return {**data, "output": safe_stringify(data["output"], max_length=_STORED_TEXT_CHARS)}
     return data
+
+
+# The compact form of an event's data kept in the event log, for the events whose
+# stored data is not their data as emitted; every other event is stored as it is.
+_STORED_DATA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "plan:created": _stored_plan,
+    "message:before": _stored_prompt,
+    "message:after": _stored_reply,
+    "session:end": _stored_end,
+    "tool:update": _stored_update,
+}
 
 
 def _clip(text: str) -> str:
@@ -971,8 +987,9 @@ class _Session:
             stored = []
             # Not validated: every value below is of its field's type (one event per step).
             for name, data, span, timestamp in batch:
-                if name in _COMPACTED_EVENTS:
-                    data = _stored_data(name, data)
+                compact = _STORED_DATA.get(name)
+                if compact is not None:
+                    data = compact(data)
                 if name in _REDACTED_EVENTS:
                     data = redact(data)
                 stored.append(
