@@ -461,6 +461,18 @@ async def test_every_event_carries_a_span_of_the_one_run_tree(scripted_model, ma
     assert all(s.parent_span_id == root for s in llm_spans)
 
 
+async def test_the_event_log_keeps_the_compact_form_of_bulky_events(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="the sum is " + "ten " * 1000)
+    inst = make([Add()], model=model)
+    await inst.aprocess("go", "t")
+    stored = {event.name: event.data for event in await inst.storage.query_events("t")}
+    assert set(stored["message:before"]) == {"phase", "model", "messages", "prompt_chars"}
+    assert stored["message:before"]["messages"] >= 1 and stored["message:before"]["prompt_chars"]
+    assert len(stored["message:after"]["content"]) < 4000  # the answer's, clipped
+    assert "response" not in stored["session:end"]
+    assert stored["plan:created"]["plan"]["steps"][0]["dependsOn"] == []  # the wire form
+
+
 async def test_the_run_events_are_stored_without_token_chunks(scripted_model, make):
     model = scripted_model(planning=ADD_PLAN, synthesis="the sum is ten")
     inst = make([Add()], model=model)
