@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -812,7 +812,7 @@ class _Session:
             suspend=storage.add_suspension,
             plan_updated=self._plan_updated,
             thread_pool=inst._tool_threads(),
-            idle=self._write_log_while_idle,
+            idle=self._write_log,
         )
         outcome = await self.executor.run()
         record.steps = outcome.records
@@ -945,10 +945,12 @@ class _Session:
         )
 
     # -- persistence ----------------------------------------------------------------------
-    async def _persist(self, step_record: StepRecord) -> None:
-        await self.storage.save_step(self.record.run_id, step_record)
+    def _persist(self, step_record: StepRecord) -> Awaitable[None]:
+        """Save a step record (the storage's own coroutine: one less per save, two saves
+        per step); once a batch of events has gathered, write the log beside it."""
         if len(self.events.log) >= _EVENT_BATCH:
-            await self._flush_events()
+            self._write_log()
+        return self.storage.save_step(self.record.run_id, step_record)
 
     async def _plan_updated(self, plan: Plan, replans: int) -> None:
         self.record.plan = plan
@@ -963,13 +965,18 @@ class _Session:
         record.usage = stats.usage
         record.llm_cost = stats.llm_cost
 
-    def _write_log_while_idle(self) -> None:
-        """The executor is waiting for its tools: write the event log now, not later."""
-        if self.events.log and (self._log_writer is None or self._log_writer.done()):
+    def _write_log(self) -> None:
+        """Write the event log in the background (when a batch has gathered, and when the
+        executor is waiting for its tools), one writer at a time. A failed write is kept
+        for `_finish_log` to raise; nothing more is written before then."""
+        writer = self._log_writer
+        if writer is not None and (not writer.done() or _failed(writer)):
+            return
+        if self.events.log:
             self._log_writer = asyncio.get_running_loop().create_task(self._flush_events())
 
     async def _finish_log(self) -> None:
-        """Write the rest of the event log, after a write begun while idle."""
+        """Write the rest of the event log, after a write begun in the background."""
         writer, self._log_writer = self._log_writer, None
         try:
             if writer is not None:
@@ -1066,6 +1073,10 @@ def _call_error(exc: ModelError | HookVeto) -> RunError:
     if isinstance(exc, ModelError):
         return RunError(code=str(exc.code), message=exc.message, retry_after_s=exc.retry_after_s)
     return RunError(code=RunErrorCode.VETOED, message=str(exc))
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return not task.cancelled() and task.exception() is not None
 
 
 def _unwrap(exc: BaseException) -> str:

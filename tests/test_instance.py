@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 import art
+from art.adapters.memory import MemoryStorage
 from art.errors import ConfigurationError
 from art.responses import StepRecord
 from art.state import RunRecord
@@ -725,3 +726,59 @@ async def test_the_event_log_is_written_while_the_run_waits_for_its_tools(script
     names = [e.name for e in await inst.storage.query_events("t-idle")]
     assert names.count("plan:created") == 1 and names[-1] == "session:end"
     assert names.count("step:status") == 2  # written once each, in order, after the idle write
+
+
+class _LoggedBatches(MemoryStorage):
+    """Memory storage that records each append_events batch, or fails every one."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+        self.fail = fail
+
+    async def append_events(self, events):
+        if self.fail:
+            raise OSError("the event log's disk is full")
+        self.batches.append([e.name for e in events])
+        await super().append_events(events)
+
+
+def _yielding_steps(count: int) -> tuple[dict[str, Any], art.IToolExecutor]:
+    class Tick(art.IToolExecutor):
+        schema = art.ToolSchema(name="tick", description="returns at once, after a yield")
+
+        async def execute(self, input, context):
+            await asyncio.sleep(0)
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="tick", status="success", output=1
+            )
+
+    plan = {"steps": [{"id": f"s{i}", "tool": "tick"} for i in range(count)]}
+    return plan, Tick()
+
+
+async def test_a_long_run_writes_its_event_log_in_batches_beside_the_steps(scripted_model, make):
+    plan, tick = _yielding_steps(600)
+    storage = _LoggedBatches()
+    inst = make([tick], model=scripted_model(planning=plan, synthesis="ok"), storage=storage)
+
+    response = await inst.aprocess("go", "t-batches")
+
+    assert response.status == "success"
+    assert len(storage.batches) >= 3  # written as the batches filled, and the rest at the end
+    names = [e.name for e in await inst.storage.query_events("t-batches")]
+    assert [n for batch in storage.batches for n in batch] == names  # in order, each once
+    assert names.count("step:status") == 600 and names[-1] == "session:end"
+
+
+async def test_a_failing_event_log_write_is_raised_at_the_end_of_the_run(scripted_model, make):
+    plan, tick = _yielding_steps(300)
+    storage = _LoggedBatches(fail=True)
+    inst = make([tick], model=scripted_model(planning=plan, synthesis="ok"), storage=storage)
+
+    with pytest.raises(OSError, match="disk is full"):
+        await inst.aprocess("go", "t-log-fails")
+
+    (run,) = await storage.list_runs("t-log-fails")
+    assert run.status == "completed"  # the run itself is stored, every step with it
+    assert len(run.steps) == 300 and {s.status for s in run.steps.values()} == {"completed"}
