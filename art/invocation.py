@@ -172,8 +172,36 @@ async def invoke_tool(
     started = time.perf_counter()
     if timeouts is None and timeout_s is not None:
         timeouts = CallTimeouts(timeout_s)
+    # One coroutine per call (the engine makes one per step): the checks are a function,
+    # the call itself is awaited here.
     try:
-        result = await _invoke(tool, name, args, context, timeouts, registry, thread_pool)
+        checked = _check_call(tool, name, args, context, registry)
+        if type(checked) is ToolResult:
+            result = checked
+        else:
+            schema, is_async = checked
+            task = asyncio.current_task()
+            deadline = timeouts.start(task) if timeouts is not None and task is not None else None
+            try:
+                if is_async:
+                    raw = await tool.execute(dict(args), context)  # type: ignore[misc]
+                    if type(raw) is not ToolResult and inspect.isawaitable(raw):
+                        raw = await _settled(raw)
+                else:
+                    raw = await _in_thread(tool, dict(args), context, thread_pool)
+            except asyncio.CancelledError as exc:
+                cancelled = _cancelled_call(exc, deadline, timeouts, task, name, context)
+                if cancelled is None:
+                    raise
+                result = cancelled
+            except (Exception, SystemExit) as exc:
+                if deadline is not None:
+                    deadline.finish()
+                result = _from_exception(tool, name, context, exc)
+            else:
+                if deadline is not None:
+                    deadline.finish()  # a tool that swallowed the timeout's cancellation
+                result = _accept(raw, schema, name, context)
     except asyncio.CancelledError:
         context.cancellation.cancel("cancelled")
         log.debug("tool call cancelled", tool=name, call_id=context.call_id)
@@ -201,15 +229,14 @@ async def invoke_tool(
     return result
 
 
-async def _invoke(
+def _check_call(
     tool: IToolExecutor,
     name: str,
     args: Mapping[str, Any],
     context: ExecutionContext,
-    timeouts: CallTimeouts | None,
     registry: ToolRegistry | None,
-    thread_pool: Executor | None,
-) -> ToolResult:
+) -> ToolResult | tuple[ToolSchema, bool]:
+    """The failure that stops the call before it starts, or (schema, whether it is async)."""
     schema = getattr(tool, "schema", None)
     if not isinstance(schema, ToolSchema):
         return _failure(
@@ -240,46 +267,40 @@ async def _invoke(
             f"{'s' if len(problems) > 1 else ''}):\n{listed}",
             validation_errors=problems,
         )
+    return schema, entry.is_async if entry is not None else is_async_tool(tool)
 
-    is_async = entry.is_async if entry is not None else is_async_tool(tool)
-    task = asyncio.current_task()
-    deadline = timeouts.start(task) if timeouts is not None and task is not None else None
-    try:
-        if is_async:
-            raw = await tool.execute(dict(args), context)  # type: ignore[misc]
-            if type(raw) is not ToolResult and inspect.isawaitable(raw):
-                raw = await _settled(raw)
-        else:
-            raw = await _in_thread(tool, dict(args), context, thread_pool)
-    except asyncio.CancelledError as exc:
-        if deadline is not None and deadline.finish():
-            timeout = timeouts.timeout_s if timeouts is not None else 0.0
-            context.cancellation.cancel(f"timed out after {timeout:g} s")
-            return _failure(
-                name,
-                context,
-                ToolErrorCode.TIMEOUT,
-                f"tool {name!r} did not finish within {timeout:g} s",
-                retryable=True,
-                timeout_s=timeout,
-            )
-        if task is not None and task.cancelling():
-            raise
-        # The tool let a CancelledError of its own escape; our caller was not cancelled.
+
+def _cancelled_call(
+    exc: asyncio.CancelledError,
+    deadline: _Deadline | None,
+    timeouts: CallTimeouts | None,
+    task: asyncio.Task[Any] | None,
+    name: str,
+    context: ExecutionContext,
+) -> ToolResult | None:
+    """The result of a call that ended in CancelledError, or None when the caller itself
+    was cancelled (the cancellation goes on)."""
+    if deadline is not None and deadline.finish():
+        timeout = timeouts.timeout_s if timeouts is not None else 0.0
+        context.cancellation.cancel(f"timed out after {timeout:g} s")
         return _failure(
             name,
             context,
-            ToolErrorCode.CANCELLED,
-            f"tool {name!r} was cancelled: {exc}" if str(exc) else f"tool {name!r} was cancelled",
-            exception_type=type(exc).__name__,
+            ToolErrorCode.TIMEOUT,
+            f"tool {name!r} did not finish within {timeout:g} s",
+            retryable=True,
+            timeout_s=timeout,
         )
-    except (Exception, SystemExit) as exc:
-        if deadline is not None:
-            deadline.finish()
-        return _from_exception(tool, name, context, exc)
-    if deadline is not None:
-        deadline.finish()  # a tool that swallowed the timeout's cancellation returned anyway
-    return _accept(raw, schema, name, context)
+    if task is not None and task.cancelling():
+        return None
+    # The tool let a CancelledError of its own escape; our caller was not cancelled.
+    return _failure(
+        name,
+        context,
+        ToolErrorCode.CANCELLED,
+        f"tool {name!r} was cancelled: {exc}" if str(exc) else f"tool {name!r} was cancelled",
+        exception_type=type(exc).__name__,
+    )
 
 
 def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> list[str] | None:
