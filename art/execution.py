@@ -1091,18 +1091,17 @@ def _status_data(record: StepRecord) -> dict[str, Any]:
 def _pending_record(step: Step) -> StepRecord:
     """A fresh record of a step that has not run, as `StepRecord(step_id=, tool=)` makes
     it, without validating (one per step of the plan)."""
-    return trusted(
-        StepRecord,
-        {"step_id": step.id, **_PENDING, "tool": step.tool},
-        fields_set={"step_id", "tool"},
-    )
+    values = _PENDING.copy()
+    values["step_id"] = step.id
+    values["tool"] = step.tool
+    return trusted(StepRecord, values, fields_set={"step_id", "tool"})
 
 
-# StepRecord's defaults, all immutable (None, "pending", 0): shared by every fresh record.
+# A fresh record's values in field order: StepRecord's defaults, all immutable (None,
+# "pending", 0), and the two fields every record sets.
 _PENDING: dict[str, Any] = {
-    name: info.get_default(call_default_factory=True)
+    name: None if info.is_required() else info.get_default(call_default_factory=True)
     for name, info in StepRecord.model_fields.items()
-    if not info.is_required()
 }
 
 
