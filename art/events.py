@@ -276,6 +276,11 @@ class RunEvents:
         self._listened: dict[str, bool] = {}
         self._seen_changes = bus.changes
 
+    @property
+    def changes(self) -> int:
+        """The bus's count of changes to its hooks and subscribers (`EventBus.changes`)."""
+        return self.bus.changes
+
     def wants(self, name: str) -> bool:
         """Whether emitting `name` does anything: a hook, subscriber, sink, or the log."""
         if self._seen_changes != self.bus.changes:
@@ -316,11 +321,18 @@ class RunEvents:
         self.log_only(name, data, span)
         return data
 
-    def log_only(self, name: str, data: dict[str, Any], span: SpanContext | None) -> None:
+    def log_only(
+        self,
+        name: str,
+        data: dict[str, Any],
+        span: SpanContext | None,
+        timestamp: datetime | None = None,
+    ) -> None:
         """Log an event that no hook, subscriber or sink sees (`not listened(name)`):
-        what `emit` would do, without a coroutine (the executor logs one per step)."""
+        what `emit` would do, without a coroutine (the executor logs one per step).
+        `timestamp` is when it happened, if the caller has just read the clock."""
         if name in self.logged and (self.keep is None or self.keep(name, data)):
-            self.log.append((name, data, span, datetime.now(UTC)))
+            self.log.append((name, data, span, timestamp or datetime.now(UTC)))
 
     def drain(self) -> list[tuple[str, dict[str, Any], SpanContext | None, datetime]]:
         """The logged events not drained yet, oldest first."""

@@ -267,6 +267,7 @@ class Executor:
         self._plan_updated = plan_updated
         self._config = run.config
         self._events = run.events
+        self._interest = _Interest(run.events)
         plan_ids = {step.id for step in plan.steps}
         # Earlier records of steps not in this plan matter only for their outputs.
         self._records: dict[str, StepRecord] = {
@@ -458,7 +459,8 @@ class Executor:
                 await asyncio.sleep(0)  # between steps: this worker holds none
                 sliced = time.perf_counter()
             next_id = self._take_ready()  # this worker's next step: no new task for it
-            self._start_workers()
+            if self._ready:
+                self._start_workers()
             if next_id is None:
                 return
             step_id = next_id
@@ -575,7 +577,10 @@ class Executor:
         call_id = f"{run.run_id}:{step.id}:{attempt}"
         name = tool.schema.name
         events = self._events
-        if events.wants("tool:before"):
+        interest = self._interest
+        if interest.changes != events.changes:
+            interest = self._interest = _Interest(events)
+        if interest.tool_before:
             try:
                 data = await events.emit(
                     "tool:before",
@@ -611,8 +616,8 @@ class Executor:
                     self._records[step.id].args = edited
         # A tool's own progress notes are logged; the start and end updates are not, so
         # they are emitted only when a hook, subscriber or stream is there to see them.
-        wants_updates = events.wants("tool:update")
-        live_updates = events.listened("tool:update")
+        wants_updates = interest.updates_wanted
+        live_updates = interest.updates_listened
         if live_updates:
             await self._emit(
                 "tool:update",
@@ -647,7 +652,7 @@ class Executor:
                 args,
                 context,
                 registry=self.registry,
-                thread_pool=self._blocking_calls(entry),
+                thread_pool=None if entry.is_async else self._blocking_calls(entry),
                 timeouts=self._timeouts,
             )
         finally:
@@ -673,7 +678,7 @@ class Executor:
             if tool.schema.mode == "display":
                 end["display"] = True
             await self._emit("tool:update", end, span)
-        if events.wants("tool:after"):
+        if interest.tool_after:
             await self._emit(
                 "tool:after",
                 {
@@ -934,10 +939,14 @@ class Executor:
         or stream sees it; else logged here, without a coroutine (one per step), unless
         it is `in_progress`, which the run's event log never keeps."""
         events = self._events
-        if events.listened("step:status"):
+        interest = self._interest
+        if interest.changes != events.changes:
+            interest = self._interest = _Interest(events)
+        if interest.status_listened:
             return self._emit("step:status", _status_data(record), span)
-        if record.status != "in_progress" and events.wants("step:status"):
-            events.log_only("step:status", _status_data(record), span)
+        if interest.status_wanted and record.status != "in_progress":
+            # A finished step's event happened when the record says it ended.
+            events.log_only("step:status", _status_data(record), span, record.ended_at)
         return None
 
     async def _emit(self, name: str, data: dict[str, Any], span: SpanContext) -> dict[str, Any]:
@@ -949,6 +958,31 @@ class Executor:
     async def _emit_run(self, name: str, data: dict[str, Any]) -> None:
         if self._events.wants(name):
             await self._emit(name, data, self.run_context.span)
+
+
+class _Interest:
+    """What the events of every step need, as the run's event bus stood at `changes`:
+    read once per step and status change, instead of seven `wants`/`listened` calls
+    per step. Made again when a hook or subscriber is added or removed."""
+
+    __slots__ = (
+        "changes",
+        "status_listened",
+        "status_wanted",
+        "tool_after",
+        "tool_before",
+        "updates_listened",
+        "updates_wanted",
+    )
+
+    def __init__(self, events: Any) -> None:
+        self.changes: int = events.changes
+        self.tool_before: bool = events.wants("tool:before")
+        self.tool_after: bool = events.wants("tool:after")
+        self.updates_wanted: bool = events.wants("tool:update")
+        self.updates_listened: bool = events.listened("tool:update")
+        self.status_wanted: bool = events.wants("step:status")
+        self.status_listened: bool = events.listened("step:status")
 
 
 # -- progress from tools ----------------------------------------------------------------------

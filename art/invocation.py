@@ -38,7 +38,13 @@ import pydantic
 from art._log import get_logger
 from art._thread_calls import ThreadCalls
 from art.errors import ToolErrorCode
-from art.registry import ToolEntry, build_validator, input_errors, is_async_tool
+from art.registry import (
+    ToolEntry,
+    build_validator,
+    input_errors,
+    is_async_tool,
+    passes_fast_check,
+)
 from art.serialization import safe_stringify, to_jsonable
 from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 
@@ -248,6 +254,8 @@ def _check_call(
     entry = registry.entry(schema.name) if registry is not None else None
     if entry is not None and entry.tool is not tool:
         entry = None  # another tool of the same name: nothing cached applies
+    if entry is not None and passes_fast_check(entry.fast_check, args):
+        return schema, entry.is_async  # valid input, the usual case
     problems = _input_problems(schema, args, entry)
     if problems is None:
         return _failure(
