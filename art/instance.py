@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError
@@ -144,6 +145,42 @@ _STORED_DATA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "session:end": _stored_end,
     "tool:update": _stored_update,
 }
+
+
+def stored_events(
+    batch: Sequence[tuple[str, dict[str, Any], SpanContext | None, datetime]],
+    thread_id: str,
+    run_id: str,
+    trace_id: str,
+    redact: Callable[[Any], Any],
+) -> list[StoredEvent]:
+    """A run's logged events (what `RunEvents.drain` returns) as they are stored: compact,
+    with secrets masked, each with its span's ids."""
+    stored = []
+    # Not validated: every value below is of its field's type (one event per step).
+    for name, data, span, timestamp in batch:
+        compact = _STORED_DATA.get(name)
+        if compact is not None:
+            data = compact(data)
+        if name in _REDACTED_EVENTS:
+            data = redact(data)
+        stored.append(
+            trusted(
+                StoredEvent,
+                {
+                    "seq": None,
+                    "thread_id": thread_id,
+                    "run_id": run_id,
+                    "name": name,
+                    "data": data,
+                    "trace_id": span.trace_id if span else trace_id,
+                    "span_id": span.span_id if span else None,
+                    "parent_span_id": span.parent_span_id if span else None,
+                    "timestamp": timestamp,
+                },
+            )
+        )
+    return stored
 
 
 def _clip(text: str) -> str:
@@ -989,32 +1026,8 @@ class _Session:
             batch = self.events.drain()
             if not batch:
                 return
-            thread_id, run_id, trace_id = self.run.thread_id, self.run.run_id, self.run.trace_id
-            redact = self.llm.redact
-            stored = []
-            # Not validated: every value below is of its field's type (one event per step).
-            for name, data, span, timestamp in batch:
-                compact = _STORED_DATA.get(name)
-                if compact is not None:
-                    data = compact(data)
-                if name in _REDACTED_EVENTS:
-                    data = redact(data)
-                stored.append(
-                    trusted(
-                        StoredEvent,
-                        {
-                            "seq": None,
-                            "thread_id": thread_id,
-                            "run_id": run_id,
-                            "name": name,
-                            "data": data,
-                            "trace_id": span.trace_id if span else trace_id,
-                            "span_id": span.span_id if span else None,
-                            "parent_span_id": span.parent_span_id if span else None,
-                            "timestamp": timestamp,
-                        },
-                    )
-                )
+            run = self.run
+            stored = stored_events(batch, run.thread_id, run.run_id, run.trace_id, self.llm.redact)
             await self.storage.append_events(stored)
 
     async def _emit(self, name: str, data: dict[str, Any]) -> None:

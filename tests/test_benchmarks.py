@@ -104,3 +104,31 @@ def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> Non
     assert throughput["latency p50"]["art"] <= throughput["latency p99"]["art"]
     assert groups["memory"][0]["details"]["art"]["peak_kb"] > 0
     assert {f["workload"] for f in groups["startup"]} == {"import art", "art --help"}
+
+
+# -- instructions per step (python -m benchmarks.instructions) -------------------------------
+
+
+@pytest.mark.parametrize("stage", ["plan", "execute", "records", "event log"])
+def test_the_instruction_probe_runs_each_stage_of_a_run(stage: str) -> None:
+    from benchmarks.instructions import probe
+
+    completed = probe(stage, "random-dag", 20, 2)
+
+    assert completed == (0 if stage == "plan" else 40)  # two runs of every step, or none
+
+
+def test_instructions_per_step_are_counted_in_valgrind() -> None:
+    from benchmarks.instructions import per_step, valgrind_missing
+
+    missing = valgrind_missing()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"valgrind is required in CI: {missing}", pytrace=False)
+        pytest.skip(missing)
+
+    counted = per_step("execute", "chain", 10, gc=False)
+
+    # Reading and running a plan costs a few hundred thousand instructions per step (about
+    # 340,000 here when measured); an import counted in would be far outside the range.
+    assert 50_000 < counted < 2_000_000
