@@ -111,11 +111,17 @@ def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> Non
 
 @pytest.mark.parametrize("stage", ["plan", "execute", "records", "event log"])
 def test_the_instruction_probe_runs_each_stage_of_a_run(stage: str) -> None:
+    import uuid
+
+    from art import execution
     from benchmarks.instructions import probe
 
+    slice_s, uuid4 = execution._SLICE_S, uuid.uuid4
     completed = probe(stage, "random-dag", 20, 2)
 
     assert completed == (0 if stage == "plan" else 40)  # two runs of every step, or none
+    # Only the process valgrind runs is made deterministic; a caller's is left alone.
+    assert (execution._SLICE_S, uuid.uuid4) == (slice_s, uuid4)
 
 
 def test_instructions_per_step_are_counted_in_valgrind() -> None:
