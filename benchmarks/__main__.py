@@ -9,7 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import GROUPS, Settings, machine_info, print_table, write_json
+from benchmarks.harness import (
+    GROUPS,
+    Settings,
+    calibrate,
+    machine_info,
+    print_table,
+    write_json,
+)
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -87,11 +94,14 @@ def main(argv: list[str] | None = None) -> int:
             f"LangGraph column skipped ({reason}; pip install -e '.[bench]').",
             file=sys.stderr,
         )
+    calibration_repeats = 1 if settings.quick else 5
+    calibration_before = calibrate(calibration_repeats)
     started = time.perf_counter()
     figures = asyncio.run(
         run_groups(groups, settings, with_langgraph=lg_version is not None, skip_reason=reason)
     )
     elapsed = time.perf_counter() - started
+    calibration_after = calibrate(calibration_repeats)
 
     import art
 
@@ -104,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         "art_version": art.__version__,
         "langgraph_version": lg_version,
         "machine": machine_info(),
+        # ms of benchmarks.harness.calibrate's fixed workload: compare runs by it.
+        "calibration_ms": {
+            "before": round(calibration_before, 2),
+            "after": round(calibration_after, 2),
+        },
         "elapsed_s": round(elapsed, 1),
     }
     write_json(args.json, figures, meta)
@@ -111,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         f", LangGraph {lg_version})" if lg_version else ", no LangGraph)"
     )
     print_table(figures, title)
+    print(
+        f"Machine speed: a fixed Python workload took {calibration_before:.1f} ms before "
+        f"this run and {calibration_after:.1f} ms after it (lower is faster)."
+    )
     print(f"JSON written to {args.json} ({elapsed:.0f} s)")
     return 1 if any(f.error for f in figures) else 0
 

@@ -147,6 +147,31 @@ def collect_garbage() -> float:
 # -- machine and report -------------------------------------------------------------------
 
 
+def calibrate(repeats: int = 5) -> float:
+    """Milliseconds a fixed pure-Python workload takes on this machine now (the median of
+    `repeats`). Timed at the start and the end of a run, it tells a slow hour from a slow
+    engine when two runs are compared: on a shared VM it varied by 40 % within an hour."""
+    samples = []
+    for _ in range(max(1, repeats)):
+        started = time.perf_counter()
+        _calibration_workload()
+        samples.append((time.perf_counter() - started) * 1000)
+    return median(samples)
+
+
+def _calibration_workload() -> int:
+    # What an engine step does most: small dicts and strings, calls, attribute reads.
+    total = 0
+    for n in range(50_000):
+        record = {"id": f"s{n}", "n": n, "status": "completed"}
+        total += _calibration_step(record) + len(record["id"])
+    return total
+
+
+def _calibration_step(record: dict[str, Any]) -> int:
+    return record["n"] * 2 if record.get("status") == "completed" else 0
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or ""
     try:

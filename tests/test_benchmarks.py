@@ -106,6 +106,18 @@ def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> Non
     assert {f["workload"] for f in groups["startup"]} == {"import art", "art --help"}
 
 
+def test_the_report_times_a_fixed_workload_before_and_after_the_run(report: dict) -> None:
+    from benchmarks.harness import calibrate
+
+    calibration = report["calibration_ms"]
+    assert set(calibration) == {"before", "after"}
+    # The same workload timed here again lands in the same range (it takes tens of ms;
+    # a machine busy with this test suite may take a few times longer, never 50 times).
+    now = calibrate(3)
+    for value in calibration.values():
+        assert now / 50 < value < now * 50
+
+
 # -- instructions per step (python -m benchmarks.instructions) -------------------------------
 
 
