@@ -359,10 +359,8 @@ class Executor:
         log.debug("plan executed", run_id=run.run_id, status=outcome.status)
         return outcome
 
-    def _blocking_calls(self, entry: ToolEntry) -> ThreadCalls | None:
-        """Where this run calls plain `def` tools (threads start on demand), or None."""
-        if entry.is_async:
-            return None
+    def _blocking_calls(self) -> ThreadCalls:
+        """Where this run calls plain `def` tools (threads start on demand)."""
         if self._thread_calls is None:
             if self._thread_pool is None:
                 self._owns_pool = True
@@ -652,7 +650,7 @@ class Executor:
                 args,
                 context,
                 registry=self.registry,
-                thread_pool=None if entry.is_async else self._blocking_calls(entry),
+                thread_pool=None if entry.is_async else self._blocking_calls(),
                 timeouts=self._timeouts,
             )
         finally:
