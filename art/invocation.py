@@ -312,17 +312,17 @@ def _cancelled_call(
 
 
 def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> list[str] | None:
-    """The input's violations, or None when the tool's input_schema itself is broken."""
+    """The input's violations, or None when the tool's input_schema itself is broken.
+    The entry's compiled check has already said no (`_check_call`): jsonschema decides."""
     if entry is not None:
-        validator, fast_check = entry.validator, entry.fast_check
+        validator = entry.validator
     else:
-        fast_check = None
         try:
             validator = build_validator(schema.input_schema)
         except Exception:
             return None
     try:
-        return input_errors(validator, args, fast_check=fast_check)
+        return input_errors(validator, args)
     except Exception:  # e.g. an unresolvable $ref, found only while validating
         return None
 
