@@ -38,11 +38,6 @@ STAGES = ("plan", "execute", "records", "event log")
 SHAPES = ("chain", "fan-out", "random-dag")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "instructions.json"
 _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
-_INPUT_SCHEMA = {
-    "type": "object",
-    "properties": {"n": {"type": "integer"}, "inputs": {"type": "array"}},
-    "required": ["n"],
-}
 
 
 # -- the probe: runs inside valgrind ---------------------------------------------------------
@@ -50,7 +45,6 @@ _INPUT_SCHEMA = {
 
 def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
     """Run `stage` of a `steps`-step plan `runs` times; returns the steps completed."""
-    import art
     from art.adapters.memory import MemoryStorage
     from art.events import EventBus, RunEvents
     from art.execution import Executor
@@ -59,20 +53,12 @@ def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
     from art.registry import ToolRegistry
     from art.state import RunRecord
     from art.testing.runs import make_run_context
-    from benchmarks.workloads import STEP_TOOL, chain, fan_out, plan_for, random_dag
+    from benchmarks.art_side import step_tool
+    from benchmarks.workloads import chain, fan_out, make_step_fn, plan_for, random_dag
 
     shape = {"chain": chain, "fan-out": fan_out, "random-dag": random_dag}[shape_name](steps)
     reply = json.dumps(plan_for(shape))
-
-    class Step(art.IToolExecutor):
-        schema = art.ToolSchema(name=STEP_TOOL, description="instant", input_schema=_INPUT_SCHEMA)
-
-        async def execute(self, input: dict[str, Any], context: Any) -> art.ToolResult:
-            return art.ToolResult(
-                call_id=context.call_id, tool_name=STEP_TOOL, status="success", output=input["n"]
-            )
-
-    registry = ToolRegistry([Step()])
+    registry = ToolRegistry([step_tool(make_step_fn(0))])  # the overhead figure's tool
     level = STAGES.index(stage)
 
     async def once(storage: MemoryStorage) -> int:
