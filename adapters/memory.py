@@ -49,6 +49,7 @@ class _Thread:
 class _Run:
     thread_id: str
     run_json: str
+    status: str  # kept beside the JSON: finding a thread's active run parses only that run
     steps: dict[str, str | dict[str, Any]] = field(default_factory=dict)  # see save_step
 
 
@@ -85,9 +86,10 @@ class MemoryStorage(StorageAdapter):
         thread.updated_at = utcnow()
         thread.touched = next(self._touch_seq)
 
-    def _load_run(self, stored: _Run) -> RunRecord:
+    def _load_run(self, stored: _Run, *, steps: bool = True) -> RunRecord:
         run = load_json(RunRecord, stored.run_json)
-        run.steps = {step_id: _load_step(saved) for step_id, saved in stored.steps.items()}
+        if steps:
+            run.steps = {step_id: _load_step(saved) for step_id, saved in stored.steps.items()}
         return run
 
     # -- runs ---------------------------------------------------------------------
@@ -97,7 +99,7 @@ class MemoryStorage(StorageAdapter):
         with self._lock:
             if run.run_id in self._runs:
                 raise ValueError(f"run {run.run_id!r} already exists")
-            self._runs[run.run_id] = _Run(run.thread_id, run_json, steps)
+            self._runs[run.run_id] = _Run(run.thread_id, run_json, run.status, steps)
             thread = self._thread(run.thread_id)
             thread.run_ids.append(run.run_id)
             self._touch(thread)
@@ -111,9 +113,9 @@ class MemoryStorage(StorageAdapter):
         with self._lock:
             thread = self._threads.get(thread_id)
             for run_id in reversed(thread.run_ids if thread else []):
-                run = self._load_run(self._runs[run_id])
-                if run.status in ACTIVE_RUN_STATES:
-                    return run
+                stored = self._runs[run_id]
+                if stored.status in ACTIVE_RUN_STATES:
+                    return self._load_run(stored)
             return None
 
     async def list_runs(self, thread_id: str) -> list[RunRecord]:
@@ -127,7 +129,7 @@ class MemoryStorage(StorageAdapter):
             stored = self._runs.get(run.run_id)
             if stored is None:
                 raise KeyError(f"no run {run.run_id!r}")
-            stored.run_json = run_json
+            stored.run_json, stored.status = run_json, run.status
             self._touch(self._thread(stored.thread_id))
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
@@ -137,7 +139,7 @@ class MemoryStorage(StorageAdapter):
             stored = self._runs.get(run.run_id)
             if stored is None:
                 raise KeyError(f"no run {run.run_id!r}")
-            stored.run_json = run_json
+            stored.run_json, stored.status = run_json, run.status
             thread = self._thread(stored.thread_id)
             thread.messages.extend(texts)
             self._touch(thread)
@@ -269,7 +271,11 @@ class MemoryStorage(StorageAdapter):
             )[: max(limit, 0)]
             summaries = []
             for thread_id, thread in threads:
-                last = self._load_run(self._runs[thread.run_ids[-1]]) if thread.run_ids else None
+                last = (
+                    self._load_run(self._runs[thread.run_ids[-1]], steps=False)
+                    if thread.run_ids
+                    else None
+                )
                 summaries.append(
                     ThreadSummary(
                         thread_id=thread_id,
