@@ -16,6 +16,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from benchmarks import art_side, langgraph_side
 from benchmarks.harness import Figure, Settings, median, percentile
 from benchmarks.workloads import (
     STEP_TOOL,
+    Shape,
     chain,
     fan_out,
     layers,
@@ -55,14 +57,29 @@ class Context:
 # -- engine overhead per step -------------------------------------------------------------
 
 
+@dataclass
+class _Workload:
+    """One figure of the overhead group: a shape on one storage, and its samples."""
+
+    storage_kind: str
+    target: float
+    shape: Shape
+    instance: art_side.Bench
+    per_step: list[float] = field(default_factory=list)
+    cpu_per_step: list[float] = field(default_factory=list)
+    gc_per_step: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    llms: list[float] = field(default_factory=list)
+    full_collection_s: list[float] = field(default_factory=list)
+    sampled_at: list[float] = field(default_factory=list)  # s after the group started
+
+
 async def overhead(ctx: Context) -> list[Figure]:
     s = ctx.settings
     shapes = [chain(s.overhead_steps), fan_out(s.overhead_steps), random_dag(s.overhead_steps)]
     fn = make_step_fn(0)
     tool = art_side.step_tool(fn)
-    figures = []
-    lg_cache: dict[str, list[float]] = {}
-    lg_cpu: dict[str, list[float]] = {}
+    workloads = []
     for storage_kind, target in (("memory", 100.0), ("sqlite", 300.0)):
         for shape in shapes:
             storage = (
@@ -71,71 +88,83 @@ async def overhead(ctx: Context) -> list[Figure]:
                 else f"sqlite:///{ctx.scratch / f'{shape.name}-{uuid.uuid4().hex[:8]}.db'}"
             )
             instance = art_side.create_instance(plan_for(shape), [tool], storage=storage)
-            compiled = None
-            if ctx.with_langgraph and shape.name not in lg_cache:
-                compiled, build_s = langgraph_side.time_build(shape, fn)
-                lg_cache[shape.name] = []
-                lg_cpu[shape.name] = []
-                lg_build = build_s
-            art_per_step, cpu_per_step, gc_per_step, walls, llms = [], [], [], [], []
-            full_collection_s: list[float] = []
-            for attempt in range(s.repeats + 1):
-                measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
-                if compiled is not None:
-                    lg_wall, lg_cpu_s = await langgraph_side.run_timed(compiled, shape)
-                    if attempt:
-                        lg_cache[shape.name].append(lg_wall / shape.size * US)
-                        lg_cpu[shape.name].append(lg_cpu_s / shape.size * US)
-                if not attempt:
-                    continue  # warm-up
-                walls.append(measure.wall_s)
-                llms.append(measure.llm_s)
-                art_per_step.append(measure.overhead_s() / shape.size * US)
-                cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
-                gc_per_step.append(measure.gc_cpu_s / shape.size * US)
-                full_collection_s.append(measure.full_collection_s)
-            per_run = await art_side.full_collections_per_run(instance, s.gc_probe_runs)
-            await instance.close()
-            lg_samples = lg_cache.get(shape.name, [])
-            details: dict[str, Any] = {
-                "steps": shape.size,
-                "depth": shape.depth,
-                "wall_ms_median": median(walls) * MS,
-                "llm_ms_median": median(llms) * MS,
-                "cpu_us_per_step_median": median(cpu_per_step),
-                # of the CPU time above, the garbage collector's (see docs/performance.md)
-                "gc_us_per_step_median": median(gc_per_step),
-                "cpu_us_per_step_min": min(cpu_per_step),
-                # Each measured run starts after a full collection (collect_garbage). Left
-                # alone, the runs' garbage sets one off this often, at this cost:
-                "full_collections_per_run": per_run,
-                "full_collection_ms_median": median(full_collection_s) * MS,
-                "full_collection_us_per_step_amortized": (
-                    per_run * median(full_collection_s) / shape.size * US
+            workloads.append(_Workload(storage_kind, target, shape, instance))
+    graphs: dict[str, tuple[Any, float]] = {}
+    if ctx.with_langgraph:
+        graphs = {shape.name: langgraph_side.time_build(shape, fn) for shape in shapes}
+    lg_samples: dict[str, list[float]] = {shape.name: [] for shape in shapes}
+    lg_cpu: dict[str, list[float]] = {shape.name: [] for shape in shapes}
+    # Rounds: one run of every workload per round (the first round warms up). A slow
+    # minute of a shared machine then lands on a few samples of every figure, which the
+    # median leaves out, instead of on all the samples of one figure.
+    group_started = time.perf_counter()
+    for attempt in range(s.repeats + 1):
+        for work in workloads:
+            shape = work.shape
+            sampled_at = time.perf_counter() - group_started
+            measure = await art_side.run_once(work.instance, ctx.clock, expected_steps=shape.size)
+            if shape.name in graphs and work.storage_kind == "memory":
+                lg_wall, lg_cpu_s = await langgraph_side.run_timed(graphs[shape.name][0], shape)
+                if attempt:
+                    lg_samples[shape.name].append(lg_wall / shape.size * US)
+                    lg_cpu[shape.name].append(lg_cpu_s / shape.size * US)
+            if not attempt:
+                continue
+            work.walls.append(measure.wall_s)
+            work.llms.append(measure.llm_s)
+            work.per_step.append(measure.overhead_s() / shape.size * US)
+            work.cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
+            work.gc_per_step.append(measure.gc_cpu_s / shape.size * US)
+            work.full_collection_s.append(measure.full_collection_s)
+            work.sampled_at.append(sampled_at)
+    figures = []
+    for work in workloads:
+        shape = work.shape
+        per_run = await art_side.full_collections_per_run(work.instance, s.gc_probe_runs)
+        await work.instance.close()
+        details: dict[str, Any] = {
+            "steps": shape.size,
+            "depth": shape.depth,
+            # when each sample's run started, in seconds after the group's first run:
+            # slow samples of several figures at the same moments were the machine
+            "sampled_at_s": work.sampled_at,
+            "wall_ms_median": median(work.walls) * MS,
+            "llm_ms_median": median(work.llms) * MS,
+            "cpu_us_per_step_median": median(work.cpu_per_step),
+            # of the CPU time above, the garbage collector's (see docs/performance.md)
+            "gc_us_per_step_median": median(work.gc_per_step),
+            "cpu_us_per_step_min": min(work.cpu_per_step),
+            # Each measured run starts after a full collection (collect_garbage). Left
+            # alone, the runs' garbage sets one off this often, at this cost:
+            "full_collections_per_run": per_run,
+            "full_collection_ms_median": median(work.full_collection_s) * MS,
+            "full_collection_us_per_step_amortized": (
+                per_run * median(work.full_collection_s) / shape.size * US
+            ),
+        }
+        if shape.name in graphs:
+            details["langgraph_build_ms"] = graphs[shape.name][1] * MS
+        if lg_cpu[shape.name]:
+            details["langgraph_cpu_us_per_step_median"] = median(lg_cpu[shape.name])
+        lg = lg_samples[shape.name]
+        figures.append(
+            Figure(
+                group="overhead",
+                name="engine overhead per step",
+                workload=f"{shape.name} / {work.storage_kind}",
+                unit="µs/step",
+                art=median(work.per_step),
+                target=work.target,
+                other=median(lg) if lg else None,
+                other_label=(
+                    LANGGRAPH if work.storage_kind == "memory" else f"{LANGGRAPH} (no persistence)"
                 ),
-            }
-            if compiled is not None:
-                details["langgraph_build_ms"] = lg_build * MS
-            if lg_cpu.get(shape.name):
-                details["langgraph_cpu_us_per_step_median"] = median(lg_cpu[shape.name])
-            figures.append(
-                Figure(
-                    group="overhead",
-                    name="engine overhead per step",
-                    workload=f"{shape.name} / {storage_kind}",
-                    unit="µs/step",
-                    art=median(art_per_step),
-                    target=target,
-                    other=median(lg_samples) if lg_samples else None,
-                    other_label=(
-                        LANGGRAPH if storage_kind == "memory" else f"{LANGGRAPH} (no persistence)"
-                    ),
-                    samples=art_per_step,
-                    other_samples=lg_samples,
-                    details=details,
-                    note=ctx.langgraph_note(),
-                )
+                samples=work.per_step,
+                other_samples=lg,
+                details=details,
+                note=ctx.langgraph_note(),
             )
+        )
     return figures
 
 
@@ -150,7 +179,7 @@ async def parallel(ctx: Context) -> list[Figure]:
     # own work around each call, which the engine cannot shorten (the overhead figure
     # leaves LLM time out the same way). The nominal ratio is reported beside it.
     nominal_critical_s = dag_path_s + 2 * s.parallel_llm_latency_s
-    figures = []
+    variants = []
     for variant, sync in (("async tools", False), ("sync tools in threads", True)):
         fn = make_step_fn(s.parallel_sleep_s, sync=sync)
         instance = art_side.create_instance(
@@ -160,18 +189,25 @@ async def parallel(ctx: Context) -> list[Figure]:
             execution_config={"max_concurrency": s.parallel_concurrency},
         )
         compiled = langgraph_side.build_graph(shape, fn) if ctx.with_langgraph else None
-        art_ratios, nominal_ratios, llm_ms, lg_ratios = [], [], [], []
-        for attempt in range(s.repeats + 1):
+        variants.append((variant, instance, compiled, _Ratios()))
+    # One run of each variant per round, as in the overhead group.
+    group_started = time.perf_counter()
+    for attempt in range(s.repeats + 1):
+        for _, instance, compiled, ratios in variants:
+            sampled_at = time.perf_counter() - group_started
             measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
             if compiled is not None:
                 lg_wall = await langgraph_side.run_once(compiled, shape)
             if not attempt:
                 continue
-            art_ratios.append(measure.wall_s / (dag_path_s + measure.llm_s))
-            nominal_ratios.append(measure.wall_s / nominal_critical_s)
-            llm_ms.append(measure.llm_s * MS)
+            ratios.art.append(measure.wall_s / (dag_path_s + measure.llm_s))
+            ratios.nominal.append(measure.wall_s / nominal_critical_s)
+            ratios.llm_ms.append(measure.llm_s * MS)
+            ratios.sampled_at.append(sampled_at)
             if compiled is not None:
-                lg_ratios.append(lg_wall / dag_path_s)
+                ratios.langgraph.append(lg_wall / dag_path_s)
+    figures = []
+    for variant, instance, _, ratios in variants:
         await instance.close()
         figures.append(
             Figure(
@@ -179,25 +215,37 @@ async def parallel(ctx: Context) -> list[Figure]:
                 name="parallel efficiency (wall / critical path)",
                 workload=f"{shape.name}, {variant}, {s.parallel_sleep_s * MS:.0f} ms",
                 unit="x",
-                art=median(art_ratios),
+                art=median(ratios.art),
                 target=1.10,
-                other=median(lg_ratios) if lg_ratios else None,
+                other=median(ratios.langgraph) if ratios.langgraph else None,
                 other_label=LANGGRAPH,
-                samples=art_ratios,
-                other_samples=lg_ratios,
+                samples=ratios.art,
+                other_samples=ratios.langgraph,
                 details={
-                    "critical_path_ms": dag_path_s * MS + median(llm_ms),
-                    "llm_calls_ms_median": median(llm_ms),
+                    "critical_path_ms": dag_path_s * MS + median(ratios.llm_ms),
+                    "llm_calls_ms_median": median(ratios.llm_ms),
                     "nominal_critical_path_ms": nominal_critical_s * MS,
-                    "ratio_to_nominal_critical_path": median(nominal_ratios),
+                    "ratio_to_nominal_critical_path": median(ratios.nominal),
                     "langgraph_critical_path_ms": dag_path_s * MS,
                     "llm_latency_ms": s.parallel_llm_latency_s * MS,
                     "max_concurrency": s.parallel_concurrency,
+                    "sampled_at_s": ratios.sampled_at,
                 },
                 note=ctx.langgraph_note(),
             )
         )
     return figures
+
+
+@dataclass
+class _Ratios:
+    """The samples of one parallel figure."""
+
+    art: list[float] = field(default_factory=list)
+    nominal: list[float] = field(default_factory=list)
+    llm_ms: list[float] = field(default_factory=list)
+    langgraph: list[float] = field(default_factory=list)
+    sampled_at: list[float] = field(default_factory=list)
 
 
 # -- LLM calls and prompt tokens per query -------------------------------------------------

@@ -73,6 +73,20 @@ def test_overhead_reports_what_full_collections_add_beside_the_figure(report: di
         )
 
 
+@pytest.mark.parametrize("group", ["overhead", "parallel"])
+def test_the_figures_of_a_group_are_sampled_in_rounds(report: dict, group: str) -> None:
+    # One run of every figure per round: a slow spell of the machine lands on a few
+    # samples of each figure (the median leaves them out), not on all of one figure's.
+    figures = by_group(report)[group]
+    times = [figure["details"]["sampled_at_s"] for figure in figures]
+    assert all(len(samples) == len(figures[0]["samples"]) for samples in times)
+    for round_index in range(len(times[0]) - 1):
+        this_round = [samples[round_index] for samples in times]
+        next_round = [samples[round_index + 1] for samples in times]
+        assert this_round == sorted(this_round)  # figures in a fixed order within a round
+        assert max(this_round) < min(next_round)  # every figure once before the next round
+
+
 def test_langgraph_column_is_filled_or_explained(report: dict) -> None:
     dag_figures = by_group(report)["overhead"] + by_group(report)["parallel"]
     for figure in dag_figures:
