@@ -103,8 +103,12 @@ def _logged(name: str, data: dict[str, Any]) -> bool:
 
 
 def _stored_plan(data: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(data.get("plan"), ArtModel):
-        return {**data, "plan": data["plan"].to_wire()}  # logged only (see _phases)
+    plan = data.get("plan")
+    if isinstance(plan, ArtModel):  # logged only (see _phases)
+        # The wire form's keys and values, left as Python values: the event is dumped to
+        # JSON right after, once, instead of converting each value here first (half the
+        # cost of `to_wire`, ~1 ms a 1,000-step plan).
+        return {**data, "plan": plan.model_dump(by_alias=True, exclude_none=True)}
     return data
 
 

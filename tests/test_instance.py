@@ -472,6 +472,8 @@ async def test_the_event_log_keeps_the_compact_form_of_bulky_events(scripted_mod
     assert len(stored["message:after"]["content"]) < 4000  # the answer's, clipped
     assert "response" not in stored["session:end"]
     assert stored["plan:created"]["plan"]["steps"][0]["dependsOn"] == []  # the wire form
+    (run,) = await inst.storage.list_runs("t")
+    assert run.plan is not None and stored["plan:created"]["plan"] == run.plan.to_wire()
 
 
 async def test_the_run_events_are_stored_without_token_chunks(scripted_model, make):
