@@ -28,7 +28,7 @@ import contextlib
 import json
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -298,6 +298,9 @@ class Executor:
         self._timeouts = CallTimeouts(timeout_s) if timeout_s else None
         self._ready: deque[str] = deque()
         self._running = 0  # steps started and not finished
+        # Read per step: kept here, as a config model's attributes are slow to read.
+        self._max_concurrency = self._config.max_concurrency
+        self._max_attempts = 1 + self._config.step_max_retries
         self._group: asyncio.TaskGroup | None = None
         self._readiness: Readiness | None = None
         self._steps: dict[str, Step] = {}
@@ -344,15 +347,15 @@ class Executor:
             if self._owns_pool and self._thread_pool is not None:
                 # Threads of tools that ignored cancellation finish on their own.
                 self._thread_pool.shutdown(wait=False, cancel_futures=True)
-        outcome = self._outcome()
+        outcome, counts = self._outcome()
         await self._emit_run(
             "tool:loop:after",
             {
                 "status": outcome.status,
-                "completed": sum(1 for r in outcome.records.values() if r.status == "completed"),
-                "failed": sum(1 for r in outcome.records.values() if r.status == "failed"),
-                "skipped": sum(1 for r in outcome.records.values() if r.status == "skipped"),
-                "waiting": sum(1 for r in outcome.records.values() if r.status == "waiting"),
+                "completed": counts["completed"],
+                "failed": counts["failed"],
+                "skipped": counts["skipped"],
+                "waiting": counts["waiting"],
                 "replans": outcome.replans,
             },
         )
@@ -395,12 +398,17 @@ class Executor:
     # -- one pass over the DAG ----------------------------------------------------------
     async def _execute_plan(self) -> None:
         self._stop = None
-        self._steps = {step.id: step for step in self.plan.steps}
-        self._deps = {step.id: step_dependencies(step) for step in self.plan.steps}
+        steps: dict[str, Step] = {}
+        deps: dict[str, Sequence[str]] = {}
+        records = self._records
         for step in self.plan.steps:
-            if step.id not in self._records:
-                self._records[step.id] = _pending_record(step)
-        finished = [sid for sid, rec in self._records.items() if rec.status in FINISHED]
+            step_id = step.id  # read once: a model's attributes are slow to read
+            steps[step_id] = step
+            deps[step_id] = step_dependencies(step)
+            if step_id not in records:
+                records[step_id] = _pending_record(step)
+        self._steps, self._deps = steps, deps
+        finished = [sid for sid, rec in records.items() if rec.status in FINISHED]
         self._unsuccessful = {sid for sid in finished if self._records[sid].status != "completed"}
         # Plans come through validate_plan, which found no cycle: searching every edge
         # again up front costs milliseconds on big plans. A cycle in a plan that was not
@@ -429,7 +437,7 @@ class Executor:
             # The run's token was cancelled directly (not through cancel()): its tools
             # already see it; stop here too.
             self.cancel(self.run_context.cancellation.reason or "cancelled")
-        while self._ready and self._running < self._config.max_concurrency:
+        while self._ready and self._running < self._max_concurrency:
             if self._stop is not None:
                 return None
             step_id = self._ready.popleft()
@@ -523,7 +531,7 @@ class Executor:
         except Exception as exc:
             await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
             return
-        max_attempts = 1 + self._config.step_max_retries
+        max_attempts = self._max_attempts
         attempt = record.attempts
         while True:
             attempt += 1
@@ -571,8 +579,9 @@ class Executor:
         """One tool execution; returns its result and, when a hook vetoed it, the reason."""
         tool = entry.tool
         run = self.run_context
+        step_id = step.id
         span = step_span.child()
-        call_id = f"{run.run_id}:{step.id}:{attempt}"
+        call_id = f"{run.run_id}:{step_id}:{attempt}"
         name = tool.schema.name
         events = self._events
         interest = self._interest
@@ -583,7 +592,7 @@ class Executor:
                 data = await events.emit(
                     "tool:before",
                     {
-                        "step_id": step.id,
+                        "step_id": step_id,
                         "tool": name,
                         "call_id": call_id,
                         "args": args,
@@ -611,7 +620,7 @@ class Executor:
             if edited is not args:
                 args = edited
                 if isinstance(edited, dict):
-                    self._records[step.id].args = edited
+                    self._records[step_id].args = edited
         # A tool's own progress notes are logged; the start and end updates are not, so
         # they are emitted only when a hook, subscriber or stream is there to see them.
         wants_updates = interest.updates_wanted
@@ -621,7 +630,7 @@ class Executor:
                 "tool:update",
                 {
                     "stage": "start",
-                    "step_id": step.id,
+                    "step_id": step_id,
                     "tool": name,
                     "call_id": call_id,
                     "args": args,
@@ -629,15 +638,15 @@ class Executor:
                 },
                 span,
             )
-        relay = _ProgressRelay(self, step.id, name, call_id, span) if wants_updates else None
+        relay = _ProgressRelay(self, step_id, name, call_id, span) if wants_updates else None
         token = run.cancellation.child()
         context = _call_context(
             self._context_template,
-            {"call_id": call_id, "step_id": step.id, "attempt": attempt, "span": span},
+            {"call_id": call_id, "step_id": step_id, "attempt": attempt, "span": span},
             cancellation=token,
             reporter=relay.report if relay is not None else None,
         )
-        self._tokens[step.id] = token
+        self._tokens[step_id] = token
         run.stats.add_tool_call()
         started = time.perf_counter()
         self._in_tools += 1
@@ -655,7 +664,7 @@ class Executor:
             )
         finally:
             self._in_tools -= 1
-            del self._tokens[step.id]
+            del self._tokens[step_id]
             token.detach()
             if relay is not None and (draining := relay.close()) is not None:
                 await draining
@@ -663,7 +672,7 @@ class Executor:
         if live_updates:
             end: dict[str, Any] = {
                 "stage": "end",
-                "step_id": step.id,
+                "step_id": step_id,
                 "tool": name,
                 "call_id": call_id,
                 "status": result.status,
@@ -680,7 +689,7 @@ class Executor:
             await self._emit(
                 "tool:after",
                 {
-                    "step_id": step.id,
+                    "step_id": step_id,
                     "tool": name,
                     "call_id": call_id,
                     "args": args,
@@ -880,23 +889,25 @@ class Executor:
         )
         return True
 
-    def _outcome(self) -> ExecutionOutcome:
-        plan_ids = [step.id for step in self.plan.steps]
-        ordered = {sid: self._records[sid] for sid in plan_ids if sid in self._records}
+    def _outcome(self) -> tuple[ExecutionOutcome, Counter[str]]:
+        """The outcome, and how many of its records end in each status."""
+        # The last pass's steps, in plan order (a record's attributes are read once).
+        ordered = {sid: self._records[sid] for sid in self._steps if sid in self._records}
         for sid, record in self._records.items():
             ordered.setdefault(sid, record)  # completed steps of an earlier plan
+        counts = Counter(record.status for record in ordered.values())
         status: OutcomeStatus
         if self._stop == "cancelled":
             status = "cancelled"
         elif self._stop == "failed":
             status = "failed"
-        elif any(record.status == "waiting" for record in ordered.values()):
+        elif counts["waiting"]:
             status = "suspended"
-        elif all(record.status == "completed" for record in ordered.values()):
+        elif counts["completed"] == len(ordered):
             status = "completed"
         else:
             status = "partial"
-        return ExecutionOutcome(
+        outcome = ExecutionOutcome(
             status=status,
             plan=self.plan,
             records=ordered,
@@ -904,6 +915,7 @@ class Executor:
             replans=self.replans,
             error=self._stop_error if status in ("failed", "cancelled") else None,
         )
+        return outcome, counts
 
     # -- records, persistence and events --------------------------------------------------
     async def _start(self, record: StepRecord, span: SpanContext, **values: Any) -> None:
@@ -1109,14 +1121,15 @@ def _update(record: StepRecord, **values: Any) -> None:
 
 def _status_data(record: StepRecord) -> dict[str, Any]:
     """The data of a record's `step:status` event."""
+    values = record.__dict__  # one attribute read: a model's are slow
     data: dict[str, Any] = {
-        "step_id": record.step_id,
-        "tool": record.tool,
-        "status": record.status,
-        "attempt": record.attempts,
+        "step_id": values["step_id"],
+        "tool": values["tool"],
+        "status": values["status"],
+        "attempt": values["attempts"],
     }
-    if record.reason:
-        data["reason"] = record.reason
+    if reason := values["reason"]:
+        data["reason"] = reason
     return data
 
 

@@ -991,7 +991,7 @@ class _Session:
         per step); once a batch of events has gathered, write the log beside it."""
         if len(self.events.log) >= _EVENT_BATCH:
             self._write_log()
-        return self.storage.save_step(self.record.run_id, step_record)
+        return self.storage.save_step(self.run.run_id, step_record)  # not a model: faster
 
     async def _plan_updated(self, plan: Plan, replans: int) -> None:
         self.record.plan = plan

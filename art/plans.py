@@ -128,12 +128,13 @@ class Step(ArtModel):
         `functools.cached_property` is (pydantic leaves it out of dumps and equality),
         and recomputed when `args` is replaced (arguments are not edited in place).
         """
-        args = self.args
-        cached = self.__dict__.get(_REFERENCE_CACHE)
+        values = self.__dict__  # one attribute read: a model's are slow
+        args = values["args"]
+        cached = values.get(_REFERENCE_CACHE)
         if cached is not None and cached[0] is args:
             return cached
         cached = (args, *references_by_argument(args))
-        self.__dict__[_REFERENCE_CACHE] = cached
+        values[_REFERENCE_CACHE] = cached
         return cached
 
     @property
