@@ -268,13 +268,15 @@ class Executor:
         self._config = run.config
         self._events = run.events
         self._interest = _Interest(run.events)
-        plan_ids = {step.id for step in plan.steps}
         # Earlier records of steps not in this plan matter only for their outputs.
-        self._records: dict[str, StepRecord] = {
-            step_id: record
-            for step_id, record in (records or {}).items()
-            if step_id in plan_ids or record.status == "completed"
-        }
+        self._records: dict[str, StepRecord] = {}
+        if records:
+            plan_ids = {step.id for step in plan.steps}
+            self._records = {
+                step_id: record
+                for step_id, record in records.items()
+                if step_id in plan_ids or record.status == "completed"
+            }
         self._outputs: dict[str, Any] = {
             step_id: record.result.output if record.result is not None else None
             for step_id, record in self._records.items()
