@@ -404,7 +404,9 @@ class Executor:
         deps: dict[str, Sequence[str]] = {}
         records = self._records
         for step in self.plan.steps:
-            step_id = step.id  # read once: a model's attributes are slow to read
+            # Each id is read once: pydantic's __getattr__ makes a model's attributes
+            # slow to read (docs/performance.md, fifth session).
+            step_id = step.id
             steps[step_id] = step
             deps[step_id] = step_dependencies(step)
             if step_id not in records:
@@ -893,11 +895,11 @@ class Executor:
 
     def _outcome(self) -> tuple[ExecutionOutcome, Counter[str]]:
         """The outcome, and how many of its records end in each status."""
-        # The last pass's steps, in plan order (a record's attributes are read once).
+        # `_steps` holds the last pass's plan in order, its ids already read.
         ordered = {sid: self._records[sid] for sid in self._steps if sid in self._records}
         for sid, record in self._records.items():
             ordered.setdefault(sid, record)  # completed steps of an earlier plan
-        counts = Counter(record.status for record in ordered.values())
+        counts = Counter(record.status for record in ordered.values())  # one read each
         status: OutcomeStatus
         if self._stop == "cancelled":
             status = "cancelled"

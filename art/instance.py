@@ -991,7 +991,8 @@ class _Session:
         per step); once a batch of events has gathered, write the log beside it."""
         if len(self.events.log) >= _EVENT_BATCH:
             self._write_log()
-        return self.storage.save_step(self.run.run_id, step_record)  # not a model: faster
+        # The run context's id, not the run record's: a model's attributes are slow to read.
+        return self.storage.save_step(self.run.run_id, step_record)
 
     async def _plan_updated(self, plan: Plan, replans: int) -> None:
         self.record.plan = plan
