@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.responses import ConversationMessage, StepRecord, utcnow
@@ -53,6 +53,12 @@ class _Run:
     steps: dict[str, str | dict[str, Any]] = field(default_factory=dict)  # see save_step
 
 
+class _Suspension(NamedTuple):
+    thread_id: str
+    text: str  # its JSON
+    pending: bool  # kept beside the JSON: listing the pending ones parses only those
+
+
 def _load_step(saved: str | dict[str, Any]) -> StepRecord:
     if isinstance(saved, dict):  # a step's start, not written yet (see save_step)
         saved = dump_json(StepRecord.model_construct(**saved))
@@ -68,7 +74,7 @@ class MemoryStorage(StorageAdapter):
         self._lock = threading.Lock()
         self._threads: dict[str, _Thread] = {}
         self._runs: dict[str, _Run] = {}
-        self._suspensions: dict[str, tuple[str, str]] = {}  # id -> (thread_id, json)
+        self._suspensions: dict[str, _Suspension] = {}
         self._event_seq = itertools.count(1)
         self._touch_seq = itertools.count(1)
         self._leases: set[str] = set()
@@ -166,7 +172,9 @@ class MemoryStorage(StorageAdapter):
         with self._lock:
             if suspension.suspension_id in self._suspensions:
                 raise ValueError(f"suspension {suspension.suspension_id!r} already exists")
-            self._suspensions[suspension.suspension_id] = (suspension.thread_id, text)
+            self._suspensions[suspension.suspension_id] = _Suspension(
+                suspension.thread_id, text, suspension.pending
+            )
             self._thread(suspension.thread_id).suspension_ids.append(suspension.suspension_id)
 
     async def list_suspensions(
@@ -174,23 +182,20 @@ class MemoryStorage(StorageAdapter):
     ) -> list[Suspension]:
         with self._lock:
             thread = self._threads.get(thread_id)
-            found = [
-                load_json(Suspension, self._suspensions[s][1])
-                for s in (thread.suspension_ids if thread else [])
-            ]
-        return [s for s in found if s.pending or not pending_only]
+            stored = [self._suspensions[s] for s in (thread.suspension_ids if thread else [])]
+        return [load_json(Suspension, s.text) for s in stored if s.pending or not pending_only]
 
     async def decide_suspension(
         self, thread_id: str, suspension_id: str, decision: dict[str, Any]
     ) -> Suspension:
         with self._lock:
             stored = self._suspensions.get(suspension_id)
-            if stored is None or stored[0] != thread_id:
+            if stored is None or stored.thread_id != thread_id:
                 raise SuspensionError(
                     f"no suspension {suspension_id!r} on thread {thread_id!r}",
                     code=RunErrorCode.SUSPENSION_NOT_FOUND,
                 )
-            suspension = load_json(Suspension, stored[1])
+            suspension = load_json(Suspension, stored.text)
             if not suspension.pending:
                 raise SuspensionError(
                     f"suspension {suspension_id!r} was already decided",
@@ -200,7 +205,7 @@ class MemoryStorage(StorageAdapter):
             suspension.decision = dict(decision)
             suspension.decided_at = utcnow()
             text = dump_json(suspension)
-            self._suspensions[suspension_id] = (thread_id, text)
+            self._suspensions[suspension_id] = _Suspension(thread_id, text, pending=False)
         return load_json(Suspension, text)
 
     # -- conversation -------------------------------------------------------------

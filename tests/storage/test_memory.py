@@ -10,9 +10,9 @@ import pytest
 import art.adapters.memory as memory
 from art.adapters.memory import MemoryStorage
 from art.responses import StepRecord
-from art.state import RunRecord
+from art.state import RunRecord, Suspension
 
-from .test_contract import completed_step, make_run
+from .test_contract import completed_step, make_run, make_suspension
 
 
 @pytest.fixture
@@ -86,3 +86,22 @@ async def test_listing_threads_parses_no_step_records(parsed: Counter[str]) -> N
         "completed",
     )
     assert parsed == {RunRecord.__name__: 1}
+
+
+async def test_listing_pending_suspensions_parses_only_those(parsed: Counter[str]) -> None:
+    storage = MemoryStorage()
+    run = make_run("t-hitl", status="suspended")
+    await storage.create_run(run)
+    added = [make_suspension("t-hitl", run.run_id, f"s{n}") for n in range(12)]
+    for suspension in added:
+        await storage.add_suspension(suspension)
+    for suspension in added[:10]:  # decided by a person, one run after another
+        await storage.decide_suspension("t-hitl", suspension.suspension_id, {"approved": True})
+    parsed.clear()
+
+    pending = await storage.list_suspensions("t-hitl")
+
+    assert [s.suspension_id for s in pending] == [s.suspension_id for s in added[10:]]
+    assert parsed == {Suspension.__name__: 2}
+    everything = await storage.list_suspensions("t-hitl", pending_only=False)
+    assert [s.pending for s in everything] == [False] * 10 + [True] * 2
