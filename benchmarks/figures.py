@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import art_side, langgraph_side
-from benchmarks.harness import Figure, Settings, median, percentile
+from benchmarks.harness import Figure, Settings, in_rounds, median, percentile
 from benchmarks.workloads import (
     STEP_TOOL,
     Shape,
@@ -94,29 +94,23 @@ async def overhead(ctx: Context) -> list[Figure]:
         graphs = {shape.name: langgraph_side.time_build(shape, fn) for shape in shapes}
     lg_samples: dict[str, list[float]] = {shape.name: [] for shape in shapes}
     lg_cpu: dict[str, list[float]] = {shape.name: [] for shape in shapes}
-    # Rounds: one run of every workload per round (the first round warms up). A slow
-    # minute of a shared machine then lands on a few samples of every figure, which the
-    # median leaves out, instead of on all the samples of one figure.
-    group_started = time.perf_counter()
-    for attempt in range(s.repeats + 1):
-        for work in workloads:
-            shape = work.shape
-            sampled_at = time.perf_counter() - group_started
-            measure = await art_side.run_once(work.instance, ctx.clock, expected_steps=shape.size)
-            if shape.name in graphs and work.storage_kind == "memory":
-                lg_wall, lg_cpu_s = await langgraph_side.run_timed(graphs[shape.name][0], shape)
-                if attempt:
-                    lg_samples[shape.name].append(lg_wall / shape.size * US)
-                    lg_cpu[shape.name].append(lg_cpu_s / shape.size * US)
-            if not attempt:
-                continue
-            work.walls.append(measure.wall_s)
-            work.llms.append(measure.llm_s)
-            work.per_step.append(measure.overhead_s() / shape.size * US)
-            work.cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
-            work.gc_per_step.append(measure.gc_cpu_s / shape.size * US)
-            work.full_collection_s.append(measure.full_collection_s)
-            work.sampled_at.append(sampled_at)
+    for warm_up, work, sampled_at in in_rounds(workloads, s.repeats):
+        shape = work.shape
+        measure = await art_side.run_once(work.instance, ctx.clock, expected_steps=shape.size)
+        if shape.name in graphs and work.storage_kind == "memory":
+            lg_wall, lg_cpu_s = await langgraph_side.run_timed(graphs[shape.name][0], shape)
+            if not warm_up:
+                lg_samples[shape.name].append(lg_wall / shape.size * US)
+                lg_cpu[shape.name].append(lg_cpu_s / shape.size * US)
+        if warm_up:
+            continue
+        work.walls.append(measure.wall_s)
+        work.llms.append(measure.llm_s)
+        work.per_step.append(measure.overhead_s() / shape.size * US)
+        work.cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
+        work.gc_per_step.append(measure.gc_cpu_s / shape.size * US)
+        work.full_collection_s.append(measure.full_collection_s)
+        work.sampled_at.append(sampled_at)
     figures = []
     for work in workloads:
         shape = work.shape
@@ -171,6 +165,20 @@ async def overhead(ctx: Context) -> list[Figure]:
 # -- parallel efficiency ------------------------------------------------------------------
 
 
+@dataclass
+class _Variant:
+    """One figure of the parallel group: the plan with async or with `def` tools."""
+
+    name: str
+    instance: art_side.Bench
+    compiled: Any  # LangGraph's graph of the same plan, or None
+    ratios: list[float] = field(default_factory=list)
+    nominal_ratios: list[float] = field(default_factory=list)
+    llm_ms: list[float] = field(default_factory=list)
+    langgraph_ratios: list[float] = field(default_factory=list)
+    sampled_at: list[float] = field(default_factory=list)  # s after the group started
+
+
 async def parallel(ctx: Context) -> list[Figure]:
     s = ctx.settings
     shape = layers(s.parallel_depth, s.parallel_width)
@@ -180,7 +188,7 @@ async def parallel(ctx: Context) -> list[Figure]:
     # leaves LLM time out the same way). The nominal ratio is reported beside it.
     nominal_critical_s = dag_path_s + 2 * s.parallel_llm_latency_s
     variants = []
-    for variant, sync in (("async tools", False), ("sync tools in threads", True)):
+    for name, sync in (("async tools", False), ("sync tools in threads", True)):
         fn = make_step_fn(s.parallel_sleep_s, sync=sync)
         instance = art_side.create_instance(
             plan_for(shape),
@@ -189,63 +197,49 @@ async def parallel(ctx: Context) -> list[Figure]:
             execution_config={"max_concurrency": s.parallel_concurrency},
         )
         compiled = langgraph_side.build_graph(shape, fn) if ctx.with_langgraph else None
-        variants.append((variant, instance, compiled, _Ratios()))
-    # One run of each variant per round, as in the overhead group.
-    group_started = time.perf_counter()
-    for attempt in range(s.repeats + 1):
-        for _, instance, compiled, ratios in variants:
-            sampled_at = time.perf_counter() - group_started
-            measure = await art_side.run_once(instance, ctx.clock, expected_steps=shape.size)
-            if compiled is not None:
-                lg_wall = await langgraph_side.run_once(compiled, shape)
-            if not attempt:
-                continue
-            ratios.art.append(measure.wall_s / (dag_path_s + measure.llm_s))
-            ratios.nominal.append(measure.wall_s / nominal_critical_s)
-            ratios.llm_ms.append(measure.llm_s * MS)
-            ratios.sampled_at.append(sampled_at)
-            if compiled is not None:
-                ratios.langgraph.append(lg_wall / dag_path_s)
+        variants.append(_Variant(name, instance, compiled))
+    for warm_up, variant, sampled_at in in_rounds(variants, s.repeats):
+        measure = await art_side.run_once(variant.instance, ctx.clock, expected_steps=shape.size)
+        if variant.compiled is not None:
+            lg_wall = await langgraph_side.run_once(variant.compiled, shape)
+        if warm_up:
+            continue
+        variant.ratios.append(measure.wall_s / (dag_path_s + measure.llm_s))
+        variant.nominal_ratios.append(measure.wall_s / nominal_critical_s)
+        variant.llm_ms.append(measure.llm_s * MS)
+        variant.sampled_at.append(sampled_at)
+        if variant.compiled is not None:
+            variant.langgraph_ratios.append(lg_wall / dag_path_s)
     figures = []
-    for variant, instance, _, ratios in variants:
-        await instance.close()
+    for variant in variants:
+        await variant.instance.close()
+        lg = variant.langgraph_ratios
         figures.append(
             Figure(
                 group="parallel",
                 name="parallel efficiency (wall / critical path)",
-                workload=f"{shape.name}, {variant}, {s.parallel_sleep_s * MS:.0f} ms",
+                workload=f"{shape.name}, {variant.name}, {s.parallel_sleep_s * MS:.0f} ms",
                 unit="x",
-                art=median(ratios.art),
+                art=median(variant.ratios),
                 target=1.10,
-                other=median(ratios.langgraph) if ratios.langgraph else None,
+                other=median(lg) if lg else None,
                 other_label=LANGGRAPH,
-                samples=ratios.art,
-                other_samples=ratios.langgraph,
+                samples=variant.ratios,
+                other_samples=lg,
                 details={
-                    "critical_path_ms": dag_path_s * MS + median(ratios.llm_ms),
-                    "llm_calls_ms_median": median(ratios.llm_ms),
+                    "critical_path_ms": dag_path_s * MS + median(variant.llm_ms),
+                    "llm_calls_ms_median": median(variant.llm_ms),
                     "nominal_critical_path_ms": nominal_critical_s * MS,
-                    "ratio_to_nominal_critical_path": median(ratios.nominal),
+                    "ratio_to_nominal_critical_path": median(variant.nominal_ratios),
                     "langgraph_critical_path_ms": dag_path_s * MS,
                     "llm_latency_ms": s.parallel_llm_latency_s * MS,
                     "max_concurrency": s.parallel_concurrency,
-                    "sampled_at_s": ratios.sampled_at,
+                    "sampled_at_s": variant.sampled_at,
                 },
                 note=ctx.langgraph_note(),
             )
         )
     return figures
-
-
-@dataclass
-class _Ratios:
-    """The samples of one parallel figure."""
-
-    art: list[float] = field(default_factory=list)
-    nominal: list[float] = field(default_factory=list)
-    llm_ms: list[float] = field(default_factory=list)
-    langgraph: list[float] = field(default_factory=list)
-    sampled_at: list[float] = field(default_factory=list)
 
 
 # -- LLM calls and prompt tokens per query -------------------------------------------------

@@ -10,12 +10,15 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 Comparison = Literal["<=", ">=", "=="]
+
+T = TypeVar("T")
 
 GROUPS = ("overhead", "parallel", "llm_cost", "throughput", "memory", "startup")
 
@@ -128,6 +131,19 @@ def percentile(values: list[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def in_rounds(items: Sequence[T], repeats: int) -> Iterator[tuple[bool, T, float]]:
+    """Each of `items` once per round, for `repeats` measured rounds after a warm-up one:
+    (warm-up?, item, seconds since the first round started, read just before its run).
+
+    A figure's runs spread over the whole group this way: a slow spell of a shared
+    machine, seconds to minutes long, lands on a few samples of every figure, which the
+    median leaves out, instead of on all the samples of one figure."""
+    started = time.perf_counter()
+    for round_index in range(repeats + 1):
+        for item in items:
+            yield round_index == 0, item, time.perf_counter() - started
 
 
 def collect_garbage() -> float:
