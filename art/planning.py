@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from art._log import get_logger
 from art.config import Persona
@@ -535,6 +536,12 @@ def _nesting_depth(text: str) -> int:
 
 def _loads(candidate: str) -> Any:
     """The JSON value in `candidate`, repaired if needed; None or _TOO_DEEP when hopeless."""
+    try:
+        # pydantic-core's parser reads a plan 2-2.5 times as fast as json's. It refuses a
+        # few texts json reads (lone surrogates, nesting deeper than 200): json decides.
+        return from_json(candidate)
+    except (ValueError, TypeError):  # TypeError: a str that is not valid UTF-8
+        pass
     try:
         return json.loads(candidate)
     except RecursionError:
