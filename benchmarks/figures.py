@@ -70,6 +70,7 @@ class _Workload:
     gc_per_step: list[float] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
     llms: list[float] = field(default_factory=list)
+    llm_logging: list[float] = field(default_factory=list)
     full_collection_s: list[float] = field(default_factory=list)
     sampled_at: list[float] = field(default_factory=list)  # s after the group started
 
@@ -106,6 +107,7 @@ async def overhead(ctx: Context) -> list[Figure]:
             continue
         work.walls.append(measure.wall_s)
         work.llms.append(measure.llm_s)
+        work.llm_logging.append(measure.llm_logging_s)
         work.per_step.append(measure.overhead_s() / shape.size * US)
         work.cpu_per_step.append(measure.overhead_cpu_s() / shape.size * US)
         work.gc_per_step.append(measure.gc_cpu_s / shape.size * US)
@@ -124,6 +126,8 @@ async def overhead(ctx: Context) -> list[Figure]:
             "sampled_at_s": work.sampled_at,
             "wall_ms_median": median(work.walls) * MS,
             "llm_ms_median": median(work.llms) * MS,
+            # litellm's logging of the two calls, after they returned: left out too
+            "llm_logging_ms_median": median(work.llm_logging) * MS,
             "cpu_us_per_step_median": median(work.cpu_per_step),
             # of the CPU time above, the garbage collector's (see docs/performance.md)
             "gc_us_per_step_median": median(work.gc_per_step),

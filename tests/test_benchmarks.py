@@ -87,6 +87,36 @@ def test_the_figures_of_a_group_are_sampled_in_rounds(report: dict, group: str) 
         assert max(this_round) < min(next_round)  # every figure once before the next round
 
 
+def test_litellm_logging_of_the_calls_is_left_out_of_the_overhead() -> None:
+    import asyncio
+
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    from benchmarks import art_side
+    from benchmarks.workloads import chain, make_step_fn, plan_for
+
+    original = Logging.async_success_handler
+
+    async def one_run() -> art_side.RunMeasure:
+        bench = art_side.create_instance(plan_for(chain(3)), [art_side.step_tool(make_step_fn(0))])
+        clock = art_side.LlmClock()
+        try:
+            with clock.installed():
+                return await art_side.run_once(bench, clock, expected_steps=3)
+        finally:
+            await bench.close()
+
+    measure = asyncio.run(one_run())
+
+    # litellm logs the planning call after it returns, in a task the run's loop runs
+    # before the run ends: timed apart from the calls, and left out of the engine's time.
+    assert measure.llm_logging_s > 0
+    assert measure.overhead_s() == pytest.approx(
+        measure.wall_s - measure.llm_s - measure.llm_logging_s
+    )
+    assert Logging.async_success_handler is original  # the clock put litellm back
+
+
 def test_langgraph_column_is_filled_or_explained(report: dict) -> None:
     dag_figures = by_group(report)["overhead"] + by_group(report)["parallel"]
     for figure in dag_figures:
