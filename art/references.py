@@ -25,9 +25,14 @@ __all__ = [
 ]
 
 # {{ <step id> .output [.segment ...] }} with whitespace tolerated inside the braces.
+_STEP_ID = r"[A-Za-z0-9_\-]+"
+_PATH = r"(?:\.[^\s.{}]+)*"
 REFERENCE_PATTERN = re.compile(
-    r"\{\{\s*(?P<step>[A-Za-z0-9_\-]+)\.output(?P<path>(?:\.[^\s.{}]+)*)\s*\}\}"
+    r"\{\{\s*(?P<step>" + _STEP_ID + r")\.output(?P<path>" + _PATH + r")\s*\}\}"
 )
+# The same references with the step id as the only group: `findall` returns the ids
+# themselves, without a match object each (plans have thousands of references).
+_REFERENCED_ID = re.compile(r"\{\{\s*(" + _STEP_ID + r")\.output" + _PATH + r"\s*\}\}")
 _MARKER = "{{"
 _SCALARS = frozenset({int, float, bool, type(None)})
 _MISSING = object()
@@ -45,7 +50,7 @@ class UnresolvedReferenceError(ValueError):
 @functools.lru_cache(maxsize=4096)
 def _ids_in(text: str) -> tuple[str, ...]:
     """The step ids `text` references; cached, as plans repeat their reference strings."""
-    return tuple(match["step"] for match in REFERENCE_PATTERN.finditer(text))
+    return tuple(_REFERENCED_ID.findall(text))
 
 
 # Joins a list of strings into one text to scan: one regex scan and one cache entry
