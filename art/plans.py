@@ -111,9 +111,15 @@ class Step(ArtModel):
     def all_dependencies(self) -> list[str]:
         """`depends_on` plus every referenced step, without repeats, in a stable order."""
         references = self._reference_index()[1]
+        depends_on = self.depends_on
         if not references:
-            return list(dict.fromkeys(self.depends_on))
-        return list(dict.fromkeys([*self.depends_on, *references]))
+            return list(dict.fromkeys(depends_on))
+        # References come without repeats, and a planner usually lists the same steps in
+        # `dependsOn` in the same order (a step's inputs): no merge to make then, which
+        # a step waiting for dozens of others would otherwise pay while the plan starts.
+        if not depends_on or tuple(depends_on) == references:
+            return list(references)
+        return list(dict.fromkeys([*depends_on, *references]))
 
     @property
     def referencing_args(self) -> frozenset[str]:

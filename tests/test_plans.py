@@ -126,6 +126,19 @@ def test_a_reference_implies_a_dependency_in_a_stable_order():
     assert Step(id="s1", tool=None).is_reasoning
 
 
+def test_dependencies_listed_both_ways_are_merged_in_the_order_of_depends_on():
+    inputs = {"inputs": ["{{s1.output}}", "{{s2.output}}"]}
+    same_order = Step(id="s3", args=inputs, depends_on=["s1", "s2"])
+    assert same_order.all_dependencies == ["s1", "s2"]
+    assert Step(id="s3", args=inputs).all_dependencies == ["s1", "s2"]
+    assert Step(id="s3", args=inputs, depends_on=["s2", "s1"]).all_dependencies == ["s2", "s1"]
+    assert Step(id="s3", args=inputs, depends_on=["s2", "s2"]).all_dependencies == ["s2", "s1"]
+    assert Step(id="s3", args=inputs, depends_on=["s0"]).all_dependencies == ["s0", "s1", "s2"]
+    # A fresh list each time: the executor keeps it.
+    same_order.all_dependencies.append("s9")
+    assert same_order.all_dependencies == ["s1", "s2"]
+
+
 def test_plan_step_lookup():
     plan = plan_of({"id": "s1"}, {"id": "s2"})
     assert plan.step("s2").id == "s2" and plan.step_ids == ["s1", "s2"]
