@@ -116,6 +116,8 @@ def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], fr
             names.append(name)
     if not found:
         return _NO_REFERENCES
+    if len(found) == 1:  # one reference, the usual step: nothing to deduplicate
+        return (found[0],), frozenset(names)
     return tuple(dict.fromkeys(found)), frozenset(names)
 
 
