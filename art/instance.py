@@ -783,6 +783,10 @@ class _Session:
         finally:
             if inst._active.get(run.thread_id) is self:
                 del inst._active[run.thread_id]
+            # The executor refers back to this session (its persist and idle callbacks):
+            # without that cycle a finished run's objects are freed as soon as the caller
+            # drops the response, not at the next full collection.
+            self.executor = None
 
     def cancel(self, reason: str) -> None:
         self._cancel_reason = reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import logging
@@ -133,6 +134,22 @@ async def test_a_tool_only_plan_costs_exactly_two_llm_calls(scripted_model, make
     assert meta.usage.total_tokens > 0
     assert meta.usage.total_tokens == meta.usage.prompt_tokens + meta.usage.completion_tokens
     assert [s.url for s in response.response.metadata.sources] == ["https://math.example"]
+
+
+async def test_a_finished_run_is_freed_without_the_garbage_collector(scripted_model, make):
+    model = scripted_model(planning=ADD_PLAN, synthesis="The sum is 10.")
+    inst = make([Add()], model=model)
+    await inst.aprocess("warm up", "t0")  # imports and caches made once
+    gc.collect()
+    gc.disable()
+    try:
+        response = await inst.aprocess("what is (1+2)+(3+4)?", "t1")
+        assert response.status == "success"
+        del response
+        # Nothing of the run is left in a reference cycle for a collection to find.
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 async def test_usage_and_cost_are_summed_over_the_calls(scripted_model, make):
