@@ -300,6 +300,11 @@ class Executor:
         self._timeouts = CallTimeouts(timeout_s) if timeout_s else None
         self._ready: deque[str] = deque()
         self._running = 0  # steps started and not finished
+        # Steps started (counted in _running) that no worker runs yet: the next worker to
+        # be free takes them, or each gets a task of its own once the loop gets control.
+        self._claimed: deque[str] = deque()
+        self._spawn: asyncio.Handle | None = None  # the call that gives them their tasks
+        self._slicing = 0  # workers only letting the loop run between steps (see _worker)
         # Read per step: kept here, as a config model's attributes are slow to read.
         self._max_concurrency = self._config.max_concurrency
         self._max_attempts = 1 + self._config.step_max_retries
@@ -421,19 +426,56 @@ class Executor:
         self._ready.extend(readiness.start())
         async with asyncio.TaskGroup() as group:
             self._group = group
-            self._start_workers()
+            if (first := self._take_ready()) is not None:
+                group.create_task(self._worker(first))
+                self._start_workers()
         self._group = None
+        if self._spawn is not None:
+            self._spawn.cancel()
+            self._spawn = None
         self._ready.clear()
         if self._stop is None and readiness.unfinished:
             readiness.raise_for_cycle()
 
     def _start_workers(self) -> None:
-        """Hand ready steps to new workers while there is room and no stop was asked for."""
+        """Start the ready steps there is room for (and no stop was asked for).
+
+        Each is claimed now, so that a step which suspends or fails the run does not keep
+        its siblings from starting, and gets a task of its own once the loop gets control,
+        unless a worker is free first: a worker whose steps never wait (instant tools)
+        runs them one after another, as fast as one task can, instead of handing each to
+        a task that would only run once this one yields.
+        """
+        if self._group is None:
+            return
+        claimed = self._claimed
+        while (step_id := self._take_ready()) is not None:
+            claimed.append(step_id)
+        if claimed and self._spawn is None:
+            self._spawn = self._loop.call_soon(self._spawn_claimed)  # type: ignore[union-attr]
+
+    def _spawn_claimed(self) -> None:
+        """A task for each claimed step: a worker waits (its tool, a hook, storage)."""
+        self._spawn = None
+        claimed = self._claimed
+        if not claimed:
+            return
+        if self._slicing:
+            # A worker only lets the loop run other tasks between its steps, and comes
+            # straight back to take these; look again the next time the loop gets control.
+            self._spawn = self._loop.call_soon(self._spawn_claimed)  # type: ignore[union-attr]
+            return
         group = self._group
         if group is None:
             return
-        while (step_id := self._take_ready()) is not None:
-            group.create_task(self._worker(step_id))
+        while claimed:
+            worker = self._worker(claimed[0])
+            try:
+                group.create_task(worker)
+            except RuntimeError:  # the task group is shutting down: the run is ending
+                worker.close()
+                return
+            claimed.popleft()
 
     def _take_ready(self) -> str | None:
         """The next ready step to start (now counted as running), or None."""
@@ -466,9 +508,15 @@ class Executor:
             if self._records[step_id].status in FINISHED and self._readiness is not None:
                 self._ready.extend(self._readiness.finish(step_id))
             if time.perf_counter() - sliced >= _SLICE_S:
-                await asyncio.sleep(0)  # between steps: this worker holds none
+                self._slicing += 1
+                try:
+                    await asyncio.sleep(0)  # between steps: this worker holds none
+                finally:
+                    self._slicing -= 1
                 sliced = time.perf_counter()
-            next_id = self._take_ready()  # this worker's next step: no new task for it
+            # This worker's next step, a claimed one first: no new task for it.
+            claimed = self._claimed
+            next_id = claimed.popleft() if claimed else self._take_ready()
             if self._ready:
                 self._start_workers()
             if next_id is None:

@@ -183,6 +183,32 @@ async def test_independent_steps_run_at_the_same_time():
     assert outcome.outputs == {"s1": "a", "s2": "b"}
 
 
+async def test_ready_steps_of_instant_tools_share_a_task_and_waiting_ones_get_their_own():
+    tasks: dict[str, set[asyncio.Task]] = {"instant": set(), "waiting": set()}
+
+    async def instant(input, context):
+        tasks["instant"].add(asyncio.current_task())
+        return None
+
+    async def waiting(input, context):
+        tasks["waiting"].add(asyncio.current_task())
+        await asyncio.sleep(0.01)
+        return None
+
+    plan = plan_of(
+        *(step(f"i{n}", "instant") for n in range(8)),
+        *(step(f"w{n}", "waiting") for n in range(8)),
+    )
+    tools = [FnTool("instant", instant), FnTool("waiting", waiting)]
+    outcome = await run_guarded(executor(plan, tools, config={"max_concurrency": 16}))
+    assert outcome.status == "completed"
+    # All sixteen were started together; the instant ones never waited, so one task ran
+    # them back to back, and each step that waited let the next one start in a task of
+    # its own (the sleeps overlap: eight tasks for eight waiting steps).
+    assert len(tasks["instant"]) == 1
+    assert len(tasks["waiting"]) == 8
+
+
 async def test_idle_is_called_while_every_running_step_waits_for_its_tool():
     release = asyncio.Event()
     states: list[tuple[int, bool]] = []
