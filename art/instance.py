@@ -785,7 +785,7 @@ class _Session:
                 del inst._active[run.thread_id]
             # The executor refers back to this session (its persist and idle callbacks):
             # without that cycle a finished run's objects are freed as soon as the caller
-            # drops the response, not at the next full collection.
+            # drops the response, not at some later collection.
             self.executor = None
 
     def cancel(self, reason: str) -> None:
