@@ -41,6 +41,7 @@ def by_group(report: dict) -> dict[str, list[dict]]:
     return groups
 
 
+@pytest.mark.slow
 def test_every_figure_is_measured_without_error(report: dict) -> None:
     groups = by_group(report)
     assert set(groups) == {"overhead", "parallel", "llm_cost", "throughput", "memory", "startup"}
@@ -50,6 +51,7 @@ def test_every_figure_is_measured_without_error(report: dict) -> None:
         assert figure["art"] >= 0, figure
 
 
+@pytest.mark.slow
 def test_overhead_covers_three_shapes_in_memory_and_sqlite(report: dict) -> None:
     workloads = {f["workload"] for f in by_group(report)["overhead"]}
     shapes = Counter(w.split("-")[0] for w in workloads)
@@ -60,6 +62,7 @@ def test_overhead_covers_three_shapes_in_memory_and_sqlite(report: dict) -> None
         assert figure["target"] == (100.0 if figure["workload"].endswith("memory") else 300.0)
 
 
+@pytest.mark.slow
 def test_overhead_reports_what_full_collections_add_beside_the_figure(report: dict) -> None:
     # Measured runs start after a full collection; how often the engine's own garbage
     # sets one off, and what one costs, are reported beside the figure.
@@ -73,6 +76,7 @@ def test_overhead_reports_what_full_collections_add_beside_the_figure(report: di
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", ["overhead", "parallel"])
 def test_the_figures_of_a_group_are_sampled_in_rounds(report: dict, group: str) -> None:
     # One run of every figure per round: a slow spell of the machine lands on a few
@@ -117,6 +121,7 @@ def test_litellm_logging_of_the_calls_is_left_out_of_the_overhead() -> None:
     assert Logging.async_success_handler is original  # the clock put litellm back
 
 
+@pytest.mark.slow
 def test_langgraph_column_is_filled_or_explained(report: dict) -> None:
     dag_figures = by_group(report)["overhead"] + by_group(report)["parallel"]
     for figure in dag_figures:
@@ -126,6 +131,7 @@ def test_langgraph_column_is_filled_or_explained(report: dict) -> None:
             assert figure["other"] is None and figure["note"] == "langgraph not installed"
 
 
+@pytest.mark.slow
 def test_a_tool_only_plan_costs_two_llm_calls_and_fewer_tokens_than_the_baseline(
     report: dict,
 ) -> None:
@@ -140,6 +146,7 @@ def test_a_tool_only_plan_costs_two_llm_calls_and_fewer_tokens_than_the_baseline
     assert tokens["5 tool steps"]["art"] < tokens["5 tool steps"]["other"]
 
 
+@pytest.mark.slow
 def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> None:
     groups = by_group(report)
     throughput = {f["name"]: f for f in groups["throughput"]}
@@ -150,6 +157,7 @@ def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> Non
     assert {f["workload"] for f in groups["startup"]} == {"import art", "art --help"}
 
 
+@pytest.mark.slow
 def test_the_report_times_a_fixed_workload_before_and_after_the_run(report: dict) -> None:
     from benchmarks.harness import calibrate
 
@@ -180,6 +188,7 @@ def test_the_instruction_probe_runs_each_stage_of_a_run(stage: str) -> None:
     assert (execution._SLICE_S, uuid.uuid4) == (slice_s, uuid4)
 
 
+@pytest.mark.slow
 def test_instructions_per_step_are_counted_in_valgrind() -> None:
     from benchmarks.instructions import per_step, valgrind_missing
 

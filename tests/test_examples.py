@@ -61,6 +61,7 @@ SUMMARY = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_quickstart_scripted(tmp_path):
     out = _ok(run_example("quickstart.py", "--scripted", cwd=tmp_path))
     assert "note: --scripted: art's scripted test model replies from a fixed script." in out
@@ -102,12 +103,14 @@ def test_quickstart_as_written_uses_the_local_demo_model(tmp_path):
     assert "note: SmolLM2-135M is a demo-sized model" in out
 
 
+@pytest.mark.slow
 def test_quickstart_as_written_falls_back_to_the_scripted_model_with_a_note(tmp_path):
     out = _ok(run_example("quickstart.py", cwd=tmp_path, without_local=True))
     assert "note: the offline demo model is not installed" in out
     assert SUMMARY.search(out), out
 
 
+@pytest.mark.slow
 def test_custom_tool(tmp_path):
     out = _ok(run_example("custom_tool.py", cwd=tmp_path))
     assert "get_weather: {'city':" in out
@@ -118,6 +121,7 @@ def test_custom_tool(tmp_path):
     assert "2 LLM calls, 4 tool calls" in out
 
 
+@pytest.mark.slow
 def test_human_approval_suspends_then_resumes_on_a_new_instance(tmp_path):
     out = _ok(run_example("human_approval.py", cwd=tmp_path))
     assert re.search(r"status: suspended, suspension: [0-9a-f]{32}", out)
@@ -129,6 +133,7 @@ def test_human_approval_suspends_then_resumes_on_a_new_instance(tmp_path):
     assert list(tmp_path.iterdir()) == []  # its database lived in a temporary directory
 
 
+@pytest.mark.slow
 def test_human_approval_rejected(tmp_path):
     out = _ok(run_example("human_approval.py", "--reject", cwd=tmp_path))
     assert "status: partial" in out
@@ -137,6 +142,7 @@ def test_human_approval_rejected(tmp_path):
     assert "answer: The refund was not issued: the manager rejected it." in out
 
 
+@pytest.mark.slow
 def test_display_tool(tmp_path):
     out = _ok(run_example("display_tool.py", cwd=tmp_path))
     assert "[event] bar_chart ready:" in out
@@ -162,6 +168,7 @@ def _pytest(path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.slow
 def test_plan_snapshot_example_passes_against_its_committed_snapshot(tmp_path):
     snapshot = EXAMPLES / "__snapshots__" / "plan_snapshot_test"
     committed = snapshot / "test_plan_matches_the_snapshot.plan.md"
@@ -174,6 +181,7 @@ def test_plan_snapshot_example_passes_against_its_committed_snapshot(tmp_path):
     assert committed.read_text() == before
 
 
+@pytest.mark.slow
 def test_plan_snapshot_example_fails_when_the_plan_changes(tmp_path):
     """A copy of the example whose planner now writes a different argument must fail."""
     copy = tmp_path / "plan_snapshot_test.py"
@@ -199,6 +207,7 @@ def test_multi_worker_postgres(tmp_path, postgres_server):  # noqa: F811
     assert "race: 1 winner, 2 turned away with THREAD_BUSY" in out
 
 
+@pytest.mark.slow
 def test_multi_worker_postgres_without_a_url_says_how_to_get_one(tmp_path):
     done = run_example("multi_worker_postgres.py", cwd=tmp_path, env={"ART_TEST_POSTGRES_URL": ""})
     assert done.returncode == 2

@@ -64,6 +64,7 @@ def test_available_needs_llama_cpp_and_the_demo_model(monkeypatch):
     assert local.available() is False
 
 
+@pytest.mark.slow
 def test_import_registers_the_provider_without_loading_llama_cpp():
     code = (
         "import sys, litellm, art.adapters.local as local\n"
@@ -117,6 +118,7 @@ async def test_a_file_that_is_not_gguf_is_a_bad_request_naming_it(demo_model, tm
 # ---------------------------------------------------------------- with the demo model
 
 
+@pytest.mark.slow  # runs the model
 async def test_acompletion_returns_text_and_usage(demo_model):
     response = await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy())
     assert response.choices[0].message.content.strip()
@@ -128,6 +130,7 @@ async def test_acompletion_returns_text_and_usage(demo_model):
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
+@pytest.mark.slow  # runs the model
 async def test_stream_yields_the_same_text_with_usage_on_the_last_chunk(demo_model):
     whole = await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy())
     stream = await litellm.acompletion(
@@ -145,6 +148,7 @@ async def test_stream_yields_the_same_text_with_usage_on_the_last_chunk(demo_mod
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+@pytest.mark.slow  # runs the model
 def test_sync_completion_and_stream_agree(demo_model):
     whole = litellm.completion(model=demo_model, messages=HELLO, **_greedy())
     stream = litellm.completion(model=demo_model, messages=HELLO, stream=True, **_greedy())
@@ -152,6 +156,7 @@ def test_sync_completion_and_stream_agree(demo_model):
     assert text == whole.choices[0].message.content != ""
 
 
+@pytest.mark.slow  # runs the model
 async def test_json_schema_output_parses_and_matches_the_schema(demo_model):
     response = await litellm.acompletion(
         model=demo_model,
@@ -211,6 +216,7 @@ def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp
     assert '\\"expression\\"' in rules and '\\"markdown\\"' in rules
 
 
+@pytest.mark.slow  # runs the model
 async def test_json_object_output_parses(demo_model):
     response = await litellm.acompletion(
         model=demo_model,
@@ -221,6 +227,7 @@ async def test_json_object_output_parses(demo_model):
     assert isinstance(json.loads(response.choices[0].message.content), dict)
 
 
+@pytest.mark.slow  # runs the model
 async def test_concurrent_acompletions_both_succeed(demo_model):
     first, second = await asyncio.gather(
         litellm.acompletion(model=demo_model, messages=HELLO, **_greedy()),
@@ -230,6 +237,7 @@ async def test_concurrent_acompletions_both_succeed(demo_model):
     assert first.usage.completion_tokens == second.usage.completion_tokens > 0
 
 
+@pytest.mark.slow  # runs the model
 async def test_a_path_to_the_same_file_shares_the_loaded_model(demo_model):
     by_path = f"local/{local.demo_model_path()}"
     response = await litellm.acompletion(model=by_path, messages=HELLO, **_greedy(max_tokens=2))
@@ -238,6 +246,7 @@ async def test_a_path_to_the_same_file_shares_the_loaded_model(demo_model):
     assert list(local._models) == [local.demo_model_path().resolve()]
 
 
+@pytest.mark.slow  # runs the model
 async def test_abandoned_stream_releases_the_model(demo_model):
     stream = await litellm.acompletion(
         model=demo_model,
@@ -253,6 +262,7 @@ async def test_abandoned_stream_releases_the_model(demo_model):
     assert response.choices[0].message.content
 
 
+@pytest.mark.slow  # runs the model
 async def test_recent_prompt_states_are_cached_for_prefix_reuse(demo_model):
     other = [{"role": "user", "content": "Name a colour."}]
     await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy(max_tokens=2))
@@ -270,6 +280,7 @@ def test_env_knobs_are_validated(monkeypatch):
         local._env_int(local.THREADS_ENV, local.DEFAULT_THREADS)
 
 
+@pytest.mark.slow  # runs the model
 async def test_prompt_longer_than_the_context_is_a_context_window_error(demo_model):
     too_long = [{"role": "user", "content": "word " * (local.DEFAULT_CONTEXT + 100)}]
     with pytest.raises(litellm.ContextWindowExceededError, match=local.CONTEXT_ENV):
@@ -282,6 +293,7 @@ async def test_prompt_longer_than_the_context_is_a_context_window_error(demo_mod
 # One full run on the demo model: greedy decoding, so the same build writes the same plan.
 # It plans with the calculator because the planning prompt demonstrates the calculator's
 # own example (see docs/local-models.md for how often that works across 20 questions).
+@pytest.mark.slow
 async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_model):
     import art
     from art.tools import Calculator

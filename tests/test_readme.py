@@ -2,6 +2,10 @@
 
 from pathlib import Path
 
+import pytest
+
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -16,6 +20,7 @@ def test_readme_opens_with_the_install_and_run_commands():
     assert "pip install" in main_job and "examples/quickstart.py" in main_job
     assert "pip install" in test_suite and "pytest" in test_suite
     assert "-c constraints.txt" in main_job and "-c constraints.txt" in test_suite
+    assert test_suite.endswith("python -m pytest --slow")  # the whole suite, slow tests too
 
 
 def test_ci_runs_exactly_the_readme_test_command():
@@ -26,3 +31,37 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_quickstart_exists():
     assert (ROOT / "examples" / "quickstart.py").is_file()
+
+
+SUITE = """
+import pytest
+
+def test_quick():
+    pass
+
+@pytest.mark.slow
+def test_subprocess():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "ran"),
+    [
+        ((), {"test_quick"}),
+        (("--slow",), {"test_quick", "test_subprocess"}),
+        (("-m", "slow"), {"test_subprocess"}),
+        (("test_suite.py::test_subprocess",), {"test_subprocess"}),
+    ],
+)
+def test_plain_pytest_leaves_out_slow_tests_and_slow_runs_them(
+    pytester: pytest.Pytester, args: tuple[str, ...], ran: set[str]
+) -> None:
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    slow: slow"
+    )
+    pytester.makepyfile(test_suite=SUITE)
+    passed, skipped, failed = pytester.inline_run("-p", "no:cacheprovider", *args).listoutcomes()
+    assert {report.nodeid.split("::")[1] for report in passed} == ran
+    assert not skipped and not failed

@@ -15,7 +15,12 @@ def ruff(*args: str) -> subprocess.CompletedProcess[str]:
     executable = shutil.which("ruff")
     command = [executable] if executable else [sys.executable, "-m", "ruff"]
     return subprocess.run(
-        [*command, *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+        [*command, *args, "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 

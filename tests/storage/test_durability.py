@@ -33,6 +33,9 @@ from art.storage import open_storage
 
 from . import durability_app as app
 
+# Every test here starts processes and kills some of them.
+pytestmark = pytest.mark.slow
+
 THREAD = "durable-thread"
 
 
