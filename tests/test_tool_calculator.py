@@ -148,6 +148,23 @@ async def test_resource_bombs_are_refused_quickly(expression):
     assert "too large" in result.error or "within" in result.error, result.error
 
 
+@pytest.mark.parametrize(
+    "expression",
+    ["[0] * 10**8", "10**8 * [0]", "[0, 1] * 10**8 + [1]", "[1, 2] + [3]", "-[1]", "[1] ** 2"],
+)
+def test_operators_on_lists_are_refused_before_anything_is_allocated(expression):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(CalculatorError, match="does not apply to lists"):
+            evaluate(expression)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"{expression!r} allocated {peak:,} bytes"
+
+
 def test_big_but_bounded_integers_are_exact():
     assert evaluate("2 ** 9000") == 2**9000
     assert evaluate("factorial(1000)") == math.factorial(1000)

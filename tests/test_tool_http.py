@@ -13,6 +13,8 @@ from art.tools import HttpGet
 
 
 class Handler(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str]] = []  # (path, Host header) of every request
+
     def log_message(self, format, *args):  # keep test output quiet
         pass
 
@@ -27,7 +29,17 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self):
-        if self.path == "/hello":
+        Handler.seen.append((self.path, self.headers.get("Host", "")))
+        if self.path.startswith("/to?"):  # /to?<url>: a redirect to <url>
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/to?") :])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/secret":
+            self._send(200, b"internal secret")
+        elif self.path == "/echo-host":
+            self._send(200, self.headers.get("Host", "").encode())
+        elif self.path == "/hello":
             self._send(200, "héllo".encode())
         elif self.path == "/echo-header":
             self._send(200, self.headers.get("X-Test", "").encode())
@@ -75,7 +87,7 @@ def make_context() -> ExecutionContext:
 
 
 async def get(url: str, tool: HttpGet | None = None, **args):
-    tool = tool or HttpGet(timeout_s=5)
+    tool = tool or HttpGet(timeout_s=5, allow_private=True)
     return await invoke_tool(
         tool, {"url": url, **args}, make_context(), registry=ToolRegistry([tool])
     )
@@ -101,17 +113,20 @@ async def test_request_headers_are_sent(server):
     assert result.output["text"] == "hi"
 
 
-async def test_redirects_are_followed(server):
+async def test_redirects_are_followed_and_sources_name_the_final_url(server):
     result = await get(f"{server}/redirect")
     assert result.output["url"] == f"{server}/hello"
     assert result.output["text"] == "héllo"
-    loop = await get(f"{server}/loop", HttpGet(max_redirects=2))
+    final = f"{server}/hello"
+    assert result.metadata["sources"] == [{"source_name": final, "url": final}]
+    assert result.metadata["redirects"] == [f"{server}/redirect", final]
+    loop = await get(f"{server}/loop", HttpGet(max_redirects=2, allow_private=True))
     assert loop.metadata["error_code"] == "IO_ERROR"
     assert "redirected more than 2 times" in loop.error
 
 
 async def test_response_size_limit_cuts_the_body(server):
-    result = await get(f"{server}/big", HttpGet(max_bytes=1000))
+    result = await get(f"{server}/big", HttpGet(max_bytes=1000, allow_private=True))
     assert result.status == "success"
     assert result.output["text"] == "x" * 1000
     assert result.output["truncated"] is True
@@ -119,7 +134,7 @@ async def test_response_size_limit_cuts_the_body(server):
 
 async def test_timeout(server):
     started = time.perf_counter()
-    result = await get(f"{server}/slow", HttpGet(timeout_s=0.2))
+    result = await get(f"{server}/slow", HttpGet(timeout_s=0.2, allow_private=True))
     assert time.perf_counter() - started < 0.9
     assert result.metadata["error_code"] == "TIMEOUT"
     assert result.retryable is True
@@ -173,3 +188,99 @@ def test_configuration_is_checked():
     with pytest.raises(ConfigurationError):
         HttpGet(timeout_s=0)
     assert "2,000,000 bytes" in HttpGet().schema.description
+
+
+# -- server-side request forgery -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("localhost", "which is a loopback address"),  # a name: resolved, then checked
+        ("2130706433", "resolves to 127.0.0.1"),  # 127.0.0.1 as one number
+        ("0x7f000001", "resolves to 127.0.0.1"),
+        ("127.1", "resolves to 127.0.0.1"),
+        ("[::1]", "a loopback address"),
+        ("[::ffff:127.0.0.1]", "a loopback address inside an IPv6 address"),
+        ("169.254.169.254", "a link-local address"),  # cloud metadata
+        ("10.1.2.3", "a private address"),
+        ("192.168.0.1", "a private address"),
+        ("172.16.0.1", "a private address"),
+        ("100.64.0.1", "a non-public address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("224.0.0.1", "a multicast address"),
+        ("[fd00::1]", "a private address"),
+        ("[fe80::1]", "a link-local address"),
+    ],
+)
+async def test_local_and_private_addresses_are_refused_by_default(server, host, reason):
+    port = server.rsplit(":", 1)[1]
+    Handler.seen.clear()
+    result = await get(f"http://{host}:{port}/secret", HttpGet(timeout_s=5))
+    assert result.status == "error"
+    assert result.metadata["error_code"] == "PERMISSION_DENIED"
+    assert reason in result.error
+    assert "allow_private=True" in result.error
+    assert result.output is None
+    assert Handler.seen == []  # nothing was sent
+
+
+async def test_allow_private_opens_local_addresses(server):
+    assert (await get(f"{server}/secret", HttpGet(timeout_s=5))).status == "error"
+    opened = await get(f"{server}/secret", HttpGet(timeout_s=5, allow_private=True))
+    assert opened.output["text"] == "internal secret"
+
+
+async def test_a_host_in_allowed_hosts_may_be_local(server):
+    result = await get(f"{server}/secret", HttpGet(allowed_hosts=["127.0.0.1"]))
+    assert result.output["text"] == "internal secret"
+
+
+async def test_every_redirect_hop_is_checked(server):
+    port = server.rsplit(":", 1)[1]
+    Handler.seen.clear()
+    tool = HttpGet(allowed_hosts=["127.0.0.1"])
+    # The first hop is allowed; it redirects to a host that is not.
+    result = await get(f"{server}/to?http://localhost:{port}/secret", tool)
+    assert result.metadata["error_code"] == "PERMISSION_DENIED"
+    assert "'localhost' is not allowed" in result.error
+    assert [path for path, _ in Handler.seen] == [f"/to?http://localhost:{port}/secret"]
+    assert result.metadata["sources"][0]["url"] == f"http://localhost:{port}/secret"
+    # A redirect may not leave http(s) either.
+    scheme = await get(f"{server}/to?file:///etc/passwd", tool)
+    assert scheme.metadata["error_code"] == "VALIDATION_ERROR"
+    # A hop that is allowed is followed, and the result names it.
+    fine = await get(f"{server}/to?{server}/hello", tool)
+    assert fine.output["text"] == "héllo"
+    hello = f"{server}/hello"
+    assert fine.metadata["sources"] == [{"source_name": hello, "url": hello}]
+
+
+async def test_the_request_goes_to_the_checked_address_with_the_name_as_host(server):
+    port = server.rsplit(":", 1)[1]
+    result = await get(f"http://localhost:{port}/echo-host", HttpGet(allow_private=True))
+    assert result.output["text"] == f"localhost:{port}"
+    spoofed = await get(
+        f"{server}/echo-host", HttpGet(allow_private=True), headers={"Host": "internal"}
+    )
+    assert spoofed.output["text"] == f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("8.8.8.8", None),
+        ("2606:4700::1111", None),
+        ("2002:7f00:1::", "a loopback address inside an IPv6 address"),  # 6to4 of 127.0.0.1
+        ("64:ff9b::a00:1", "a private address inside an IPv6 address"),  # NAT64 of 10.0.0.1
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "a loopback address inside an IPv6 address"),
+        ("255.255.255.255", "a private address"),
+    ],
+)
+def test_address_refusal(address, refused):
+    import ipaddress
+
+    from art.tools.http import address_refusal
+
+    assert address_refusal(ipaddress.ip_address(address)) == refused

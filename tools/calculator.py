@@ -2,8 +2,10 @@
 
 The expression is parsed with `ast` and walked against an allow-list; nothing is
 ever passed to `eval` or `exec`. Operations that could exhaust memory or time
-(`9**9**9`, `factorial(10**6)`, `1 << 10**9`, ...) are refused before they are
-computed: every integer result is bounded to MAX_INT_BITS bits.
+(`9**9**9`, `factorial(10**6)`, `1 << 10**9`, `[0] * 10**8`, ...) are refused before
+they are computed: every integer result is bounded to MAX_INT_BITS bits, and operators
+never apply to lists (no repetition or concatenation), so a list is never larger than
+the expression that wrote it.
 """
 
 from __future__ import annotations
@@ -276,6 +278,7 @@ def _eval(node: ast.AST, depth: int) -> Any:
             raise CalculatorError(f"operator {_symbol(node.op)} is not supported")
         operand = _eval(node.operand, depth)
         _numbers(operand)
+        _no_lists(_symbol(node.op), operand)
         return op(operand)
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
@@ -307,6 +310,7 @@ def _binary_chain(node: ast.BinOp, depth: int) -> Any:
             raise CalculatorError(f"operator {_symbol(binop.op)} is not supported")
         right = _eval(binop.right, depth)
         _numbers(value, right)
+        _no_lists(_symbol(binop.op), value, right)
         value = _check_int(op(value, right))
     return value
 
@@ -348,6 +352,15 @@ def _numbers(*values: Any) -> None:
             raise CalculatorError(f"expected a number, got {type(value).__name__}")
 
 
+def _no_lists(symbol: str, *values: Any) -> None:
+    """Refuse an operator on a list before it runs (`[0] * 10**8` would allocate 800 MB)."""
+    if any(isinstance(value, list) for value in values):
+        raise CalculatorError(
+            f"{symbol} does not apply to lists; lists are only arguments of "
+            f"{', '.join(sorted(_LIST_FUNCTIONS))}"
+        )
+
+
 def _plain_message(exc: BaseException) -> str:
     message = str(exc) or type(exc).__name__
     return message[:300]
@@ -361,6 +374,17 @@ def _short(value: Number) -> str:
 
 def _symbol(op: ast.AST) -> str:
     symbols = {
+        ast.Add: "+",
+        ast.Sub: "-",
+        ast.Mult: "*",
+        ast.Div: "/",
+        ast.FloorDiv: "//",
+        ast.Mod: "%",
+        ast.Pow: "**",
+        ast.LShift: "<<",
+        ast.RShift: ">>",
+        ast.USub: "-",
+        ast.UAdd: "+",
         ast.BitAnd: "&",
         ast.BitOr: "|",
         ast.MatMult: "@",
