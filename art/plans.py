@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from art._models import ArtModel
-from art.references import references_by_argument
+from art.references import STEP_ID_PATTERN, references_by_argument
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -332,6 +332,12 @@ def validate_plan(
             )
         else:
             first_seen[step_id] = position
+            if STEP_ID_PATTERN.fullmatch(step_id) is None:
+                problems.append(
+                    f"step {position} has the id {step_id!r}, which a reference "
+                    "{{<id>.output}} cannot name; use only letters, digits, '_' and '-' "
+                    "(like 's1')"
+                )
         if step_id in done:
             problems.append(
                 f"step {step_id!r} is already finished in the earlier plan; do not define it "

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "REFERENCE_PATTERN",
+    "STEP_ID_PATTERN",
     "UnresolvedReferenceError",
     "find_references",
     "has_references",
@@ -27,6 +28,8 @@ __all__ = [
 # {{ <step id> .output [.segment ...] }} with whitespace tolerated inside the braces.
 _STEP_ID = r"[A-Za-z0-9_\-]+"
 _PATH = r"(?:\.[^\s.{}]+)*"
+#: What a step id must be for a reference to name it (letters, digits, `_` and `-`).
+STEP_ID_PATTERN = re.compile(_STEP_ID)
 REFERENCE_PATTERN = re.compile(
     r"\{\{\s*(?P<step>" + _STEP_ID + r")\.output(?P<path>" + _PATH + r")\s*\}\}"
 )

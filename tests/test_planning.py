@@ -423,6 +423,20 @@ async def test_problems_go_back_to_the_llm_in_a_repair_call(scripted_model, regi
     assert "\n2. duplicate step id 's1'" in feedback
 
 
+async def test_an_id_references_cannot_name_is_repaired_like_any_problem(scripted_model, registry):
+    bad = {
+        "steps": [
+            {"id": "step.1", "tool": "calculator", "args": {"expression": "1+1"}},
+            {"id": "s2", "tool": None, "description": "Double {{step.1.output}}"},
+        ]
+    }
+    model = scripted_model(planning=(bad, GOOD))
+    plan = await planner_for(model, registry).plan(make_run_context(), "q", [])
+    assert plan == Plan.model_validate(GOOD)
+    feedback = model.calls[1].messages[-1]["content"]
+    assert "step 1 has the id 'step.1', which a reference {{<id>.output}} cannot name" in feedback
+
+
 async def test_after_max_plan_attempts_a_plan_error_lists_every_problem(scripted_model, registry):
     bad = {"steps": [{"id": "s1", "tool": "calc"}, {"id": "s2", "dependsOn": ["s9"]}]}
     model = scripted_model(planning=bad)

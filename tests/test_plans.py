@@ -239,6 +239,17 @@ def test_duplicate_ids_and_empty_ids(registry):
     assert "step 4 has an empty id; give every step an id like 's1'" in problems
 
 
+@pytest.mark.parametrize("step_id", ["step.1", "step 2", "s{1}", "é1", "s1}}"])
+def test_an_id_a_reference_cannot_name_is_a_problem(registry, step_id):
+    plan = plan_of({"id": step_id}, {"id": "s2", "args": {"x": f"{{{{{step_id}.output}}}}"}})
+    problems = validate_plan(plan, registry)
+    assert (
+        f"step 1 has the id {step_id!r}, which a reference {{{{<id>.output}}}} cannot name; "
+        "use only letters, digits, '_' and '-' (like 's1')"
+    ) in problems
+    assert validate_plan(plan_of({"id": "Step_1-b"}), registry) == []
+
+
 def test_missing_and_self_dependencies(registry):
     plan = plan_of({"id": "s1", "dependsOn": ["s1", "s7"]})
     assert validate_plan(plan, registry) == [
