@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -25,7 +26,13 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
-from art.errors import ConfigurationError, RunErrorCode, SuspensionError, ThreadBusyError
+from art.errors import (
+    ConfigurationError,
+    RunErrorCode,
+    StorageError,
+    SuspensionError,
+    ThreadBusyError,
+)
 from art.responses import ConversationMessage, StepRecord, utcnow
 from art.state import (
     ACTIVE_RUN_STATES,
@@ -37,7 +44,11 @@ from art.state import (
 )
 from art.storage import dump_json, load_json
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
+
+#: How long connecting may take, unless the URL says `?connect_timeout=N` (whole seconds,
+#: at least 2, as libpq counts them) or `PostgresStorage(connect_timeout_s=...)` does.
+DEFAULT_CONNECT_TIMEOUT_S = 5
 
 # The key of the advisory lock that serializes migrations (any constant no thread hashes to
 # matters little: the two-int form lives in a different key space from the bigint form).
@@ -180,10 +191,18 @@ def _load_suspension(data: str, decision: str | None, decided_at: datetime | Non
 class PostgresStorage(StorageAdapter):
     """Storage in PostgreSQL; `postgresql://user:password@host:5432/dbname`."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: int | None = None,
+    ) -> None:
         self.url = url
         self.min_size = min_size
         self.max_size = max_size
+        self.connect_timeout_s = _connect_timeout(url, connect_timeout_s)
         self._pool: AsyncConnectionPool | None = None
         self._open_lock: asyncio.Lock | None = None
         self._lease_conn: psycopg.AsyncConnection[Any] | None = None
@@ -202,22 +221,49 @@ class PostgresStorage(StorageAdapter):
         async with self._open_lock:
             if self._pool is not None:
                 return
+            # One connection first: its failure says why (refused, unknown host, bad
+            # password, no such database), where a pool would only time out.
+            conn = await self._connect()
+            try:
+                await migrate(conn)
+            finally:
+                await conn.close()
             pool = AsyncConnectionPool(
                 self.url,
                 min_size=self.min_size,
                 max_size=self.max_size,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "connect_timeout": self.connect_timeout_s},
                 open=False,
                 name="art",
             )
-            await pool.open(wait=True, timeout=30)
             try:
-                async with pool.connection() as conn:
-                    await migrate(conn)
-            except BaseException:
+                await pool.open(wait=True, timeout=self.connect_timeout_s * 2)
+            except psycopg.Error as exc:
                 await pool.close()
-                raise
+                raise self._error(exc) from exc
             self._pool = pool
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s
+            )
+        except (psycopg.Error, OSError) as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> StorageError:
+        """`exc` as a StorageError naming the server (never the password) and what to check."""
+        from art.redaction import redact
+
+        where = _redact(self.url)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        reason = redact(reason, [_password(self.url)])
+        return StorageError(
+            f"PostgreSQL storage {where}: {reason} (check that the server is running and "
+            "reachable from here, and the user, password and database in the URL; connecting "
+            f"gives up after {self.connect_timeout_s} s, ?connect_timeout=N changes that)",
+            details={"url": where},
+        )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -232,8 +278,11 @@ class PostgresStorage(StorageAdapter):
         if self._pool is None:
             await self.open()
         assert self._pool is not None
-        async with self._pool.connection() as conn:
-            yield conn
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:  # the server went away, or the pool timed out
+            raise self._error(exc) from exc
 
     async def schema_version(self) -> int:
         async with self._connection() as conn:
@@ -496,7 +545,7 @@ class PostgresStorage(StorageAdapter):
         conn = self._lease_conn
         if conn is None or conn.closed or conn.broken:
             # A new session: whatever the old one held died with it.
-            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            conn = await self._connect()
             self._lease_conn = conn
         return conn
 
@@ -530,16 +579,51 @@ class PostgresStorage(StorageAdapter):
             self._held.discard(thread_id)
 
 
+def _connect_timeout(url: str, given: int | None) -> int:
+    """Seconds connecting may take: `given`, else the URL's connect_timeout, else the default."""
+    if given is not None:
+        if given < 2:
+            raise ConfigurationError("PostgresStorage connect_timeout_s must be at least 2")
+        return int(given)
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        found = conninfo_to_dict(url).get("connect_timeout")
+    except psycopg.Error as exc:
+        raise ConfigurationError(f"bad PostgreSQL URL {_redact(url)!r}: {exc}") from None
+    if found is None:
+        return DEFAULT_CONNECT_TIMEOUT_S
+    try:
+        seconds = int(float(str(found)))
+    except ValueError:
+        raise ConfigurationError(
+            f"bad PostgreSQL URL {_redact(url)!r}: connect_timeout must be whole seconds"
+        ) from None
+    return max(seconds, 2) if seconds > 0 else DEFAULT_CONNECT_TIMEOUT_S
+
+
+def _password(url: str) -> str:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        return str(conninfo_to_dict(url).get("password") or "")
+    except psycopg.Error:
+        return ""
+
+
 def _redact(url: str) -> str:
     """The URL (or key=value conninfo) without its password, for repr and logs."""
     from urllib.parse import urlsplit, urlunsplit
 
     if "://" in url:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
+        if parts.password is not None:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            parts = parts._replace(netloc=netloc)
+        if "password=" in parts.query.lower():
+            query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+            parts = parts._replace(query=query)
+        return urlunsplit(parts)
     try:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

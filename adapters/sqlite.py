@@ -24,7 +24,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +32,13 @@ from typing import Any, TypeVar
 
 import filelock
 
-from art.errors import ConfigurationError, RunErrorCode, SuspensionError, ThreadBusyError
+from art.errors import (
+    ConfigurationError,
+    RunErrorCode,
+    StorageError,
+    SuspensionError,
+    ThreadBusyError,
+)
 from art.responses import ConversationMessage, StepRecord, utcnow
 from art.state import (
     ACTIVE_RUN_STATES,
@@ -44,7 +50,7 @@ from art.state import (
 )
 from art.storage import dump_json, load_json, timestamp_key
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"]
 
 T = TypeVar("T")
 
@@ -172,6 +178,26 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
 
 
+def storage_error(path: Path, exc: BaseException) -> StorageError:
+    """`exc` (sqlite3's or the OS's) as a StorageError naming `path` and what to check."""
+    text = str(exc) or type(exc).__name__
+    lowered = text.lower()
+    if "not a database" in lowered or "malformed" in lowered:
+        hint = (
+            "the file is not an art database or is damaged: move it away (art starts a new "
+            "one) or choose another path"
+        )
+    elif "readonly" in lowered or "read-only" in lowered:
+        hint = "the file or its directory is read-only: make it writable or choose another path"
+    elif "locked" in lowered or "busy" in lowered:
+        hint = "another process holds the database: retry, or use PostgreSQL for many workers"
+    elif "disk" in lowered or "full" in lowered:
+        hint = "check the disk: it is full or failing"
+    else:
+        hint = "check that the directory exists or can be created, and that art may write there"
+    return StorageError(f"SQLite storage {path}: {text} ({hint})", details={"path": str(path)})
+
+
 class _Job:
     __slots__ = ("fn", "future", "loop", "write")
 
@@ -238,7 +264,8 @@ class _Worker(threading.Thread):
         try:
             conn = self._connect()
         except BaseException as exc:
-            self.startup_error = exc
+            failed = isinstance(exc, sqlite3.Error | OSError)
+            self.startup_error = storage_error(self.path, exc) if failed else exc
             self.ready.set()
             self._fail_all(exc)
             return
@@ -480,20 +507,33 @@ class SQLiteStorage(StorageAdapter):
             return self._worker
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        worker = self._ensure_worker()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        worker.jobs.put(_Job(fn, write, loop, future))
-        return await future
+        with self._errors_named():
+            worker = self._ensure_worker()
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[T] = loop.create_future()
+            worker.jobs.put(_Job(fn, write, loop, future))
+            return await future
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         inline = self._inline
         if inline is not None:
-            done, result = inline.try_write(fn)
+            with self._errors_named():
+                done, result = inline.try_write(fn)
             if done:
                 self._after_inline_commit(inline)
                 return result  # type: ignore[return-value]
         return await self._call(fn, write=True)
+
+    @contextlib.contextmanager
+    def _errors_named(self) -> Iterator[None]:
+        """SQLite's own failures as StorageError naming the file; an IntegrityError is
+        left to the method that made it (a duplicate id, a missing run)."""
+        try:
+            yield
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as exc:
+            raise storage_error(self.path, exc) from exc
 
     def _after_inline_commit(self, inline: _InlineWriter) -> None:
         if inline.commits % inline.CHECKPOINT_EVERY == 0 and self._worker is not None:
@@ -502,7 +542,8 @@ class SQLiteStorage(StorageAdapter):
     async def open(self) -> None:
         worker = self._worker
         if worker is None or not worker.is_alive():
-            await asyncio.to_thread(self._ensure_worker)
+            with self._errors_named():
+                await asyncio.to_thread(self._ensure_worker)
 
     async def close(self) -> None:
         worker, self._worker = self._worker, None
@@ -594,8 +635,10 @@ class SQLiteStorage(StorageAdapter):
         args = (run_id, record.step_id, dump_json(record))
         inline = self._inline
         try:
-            if inline is not None and inline.try_statement(_SAVE_STEP, args):
-                self._after_inline_commit(inline)
+            with self._errors_named():
+                written = inline is not None and inline.try_statement(_SAVE_STEP, args)
+            if written:
+                self._after_inline_commit(inline)  # type: ignore[arg-type]
                 return
             await self._call(lambda conn: _execute(conn, _SAVE_STEP, args), write=True)
         except sqlite3.IntegrityError as exc:  # the foreign key: no such run
@@ -790,7 +833,9 @@ class SQLiteStorage(StorageAdapter):
 
     # -- one worker per thread ----------------------------------------------------
     def lock_path(self, thread_id: str) -> Path:
-        digest = hashlib.sha1(thread_id.encode("utf-8"), usedforsecurity=False).hexdigest()
+        # surrogatepass: every str hashes, lone surrogates included.
+        key = thread_id.encode("utf-8", "surrogatepass")
+        digest = hashlib.sha1(key, usedforsecurity=False).hexdigest()
         return self.locks_dir / f"{digest}.lock"
 
     @asynccontextmanager
@@ -800,7 +845,6 @@ class SQLiteStorage(StorageAdapter):
                 raise ThreadBusyError(thread_id)
             self._held.add(thread_id)
         try:
-            self.locks_dir.mkdir(parents=True, exist_ok=True)
             lock = filelock.FileLock(
                 self.lock_path(thread_id),
                 timeout=0,
@@ -809,9 +853,12 @@ class SQLiteStorage(StorageAdapter):
                 fallback_to_soft=False,  # a soft lock would outlive a crashed holder
             )
             try:
+                self.locks_dir.mkdir(parents=True, exist_ok=True)
                 lock.acquire()
             except filelock.Timeout:
                 raise ThreadBusyError(thread_id) from None
+            except OSError as exc:
+                raise storage_error(self.locks_dir, exc) from exc
             try:
                 yield
             finally:

@@ -247,7 +247,7 @@ def resume(
 def threads(
     storage: StorageOption = None,
     limit: Annotated[
-        int, typer.Option("--limit", "-n", metavar="N", help="At most this many.")
+        int, typer.Option("--limit", "-n", metavar="N", min=1, help="At most this many.")
     ] = 50,
     json_output: JsonOption = False,
 ) -> None:

@@ -8,11 +8,13 @@ Exceptions are sorted by who must act::
     ├── PlanError               the planner could not produce a valid plan (lists every problem)
     ├── ModelError              a provider call failed (carries a ModelErrorCode, retry_after_s)
     ├── ThreadBusyError         another worker holds the thread's lease (code THREAD_BUSY)
+    ├── StorageError            the storage cannot be opened or used (code STORAGE_ERROR)
     ├── SuspensionError         resume of an unknown or already-decided suspension
     └── ResponseError           raised by AgentFinalResponse.raise_for_status()
 
 Failures at run time do not escape `process`: they come back as a response with
-`metadata.status == "error"` and a `RunErrorCode`. Only configuration mistakes raise.
+`metadata.status == "error"` and a `RunErrorCode`. Only configuration mistakes raise,
+and storage that cannot be opened (there is nowhere to record a response).
 """
 
 from __future__ import annotations
@@ -135,6 +137,13 @@ class ThreadBusyError(ArtError):
         super().__init__(f"thread {thread_id!r} is being run by another worker{hint}")
         self.thread_id = thread_id
         self.retry_after_s = retry_after_s
+
+
+class StorageError(ArtError):
+    """The storage cannot be opened or used; the message names the file or host (never a
+    password) and says what to check."""
+
+    code = RunErrorCode.STORAGE_ERROR
 
 
 class SuspensionError(ArtError):

@@ -422,6 +422,24 @@ def test_threads_empty_and_show_unknown(invoke, db):
     assert "error THREAD_NOT_FOUND: no thread 'ghost'" in unknown.output
 
 
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_a_limit_below_one_is_a_usage_error(invoke, scripted_model, db, limit):
+    model = scripted_model(planning=PRODUCTS_PLAN, synthesis="942")
+    assert invoke("run", "sum?", "--model", model.model, "--storage", db).exit_code == 0
+    result = invoke("threads", "--storage", db, "--limit", limit)
+    assert result.exit_code == EXIT_USAGE
+    assert "No threads yet" not in result.output
+    assert "Invalid value for '--limit'" in result.output
+    assert "greater than or equal to 1" in result.output
+
+
+def test_storage_that_cannot_be_opened_names_the_file(invoke):
+    result = invoke("threads", "--storage", "sqlite:////proc/art.db")
+    assert result.exit_code == EXIT_ERROR
+    assert "error STORAGE_ERROR: SQLite storage /proc/art.db: unable to open" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_bad_storage_url_is_a_usage_error(invoke):
     result = invoke("threads", "--storage", "ftp://nowhere")
     assert result.exit_code == EXIT_USAGE

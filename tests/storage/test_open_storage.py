@@ -124,3 +124,102 @@ def test_core_imports_no_adapter() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+# -- storage that cannot be opened ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make_url", "says"),
+    [
+        (lambda tmp: "sqlite:////proc/art.db", "unable to open database file"),
+        (lambda tmp: f"sqlite:///{_garbage(tmp)}", "not an art database or is damaged"),
+        (lambda tmp: f"sqlite:///{_a_file(tmp)}/inside/art.db", "directory exists"),
+    ],
+)
+async def test_sqlite_that_cannot_be_opened_is_a_storage_error_naming_the_file(
+    tmp_path: Path, make_url, says: str
+) -> None:
+    import art
+    from art.errors import StorageError
+
+    url = make_url(tmp_path)
+    storage = open_storage(url)
+    with pytest.raises(StorageError) as info:
+        await storage.open()
+    assert info.value.code == "STORAGE_ERROR"
+    assert str(storage.path) in info.value.message  # type: ignore[attr-defined]
+    assert says in info.value.message
+    # The same error reaches a caller of process(), not sqlite3's.
+    with pytest.raises(StorageError, match="SQLite storage"):
+        await art.create_art_instance(model="openai/x", storage=url).aprocess("q", "t")
+
+
+def _garbage(tmp: Path) -> Path:
+    (tmp / "corrupt.db").write_bytes(b"not a database " * 100)
+    return tmp / "corrupt.db"
+
+
+def _a_file(tmp: Path) -> Path:
+    (tmp / "plain").write_text("a file where a directory should be")
+    return tmp / "plain"
+
+
+def test_postgres_connect_timeout_is_short_and_configurable() -> None:
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed")
+    from art.adapters.postgres import DEFAULT_CONNECT_TIMEOUT_S, PostgresStorage
+
+    assert DEFAULT_CONNECT_TIMEOUT_S == 5
+    assert PostgresStorage("postgresql://h/db").connect_timeout_s == 5
+    assert PostgresStorage("postgresql://h/db?connect_timeout=12").connect_timeout_s == 12
+    assert PostgresStorage("host=h dbname=db connect_timeout=3").connect_timeout_s == 3
+    assert PostgresStorage("postgresql://h/db", connect_timeout_s=9).connect_timeout_s == 9
+    with pytest.raises(ConfigurationError, match="at least 2"):
+        PostgresStorage("postgresql://h/db", connect_timeout_s=0)
+    with pytest.raises(ConfigurationError, match="whole seconds"):
+        PostgresStorage("postgresql://h/db?connect_timeout=soon")
+
+
+@pytest.mark.slow
+async def test_a_postgres_server_that_never_answers_is_a_storage_error_after_the_timeout() -> None:
+    import socket
+    import time
+
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed")
+    from art.adapters.postgres import PostgresStorage
+    from art.errors import StorageError
+
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        url = f"postgresql://art:hunter2-secret@127.0.0.1:{port}/art?connect_timeout=2"
+        started = time.monotonic()
+        with pytest.raises(StorageError) as info:
+            await PostgresStorage(url).open()
+        elapsed = time.monotonic() - started
+    assert elapsed < 6, elapsed
+    message = info.value.message
+    assert f"postgresql://art:***@127.0.0.1:{port}/art" in message
+    assert "hunter2-secret" not in message and "hunter2-secret" not in repr(info.value.details)
+    assert "timeout" in message and "connect_timeout=N" in message
+
+
+async def test_a_refused_postgres_connection_is_a_storage_error_at_once() -> None:
+    import socket
+
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed")
+    from art.adapters.postgres import PostgresStorage
+    from art.errors import StorageError
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    url = f"postgresql://art:hunter2-secret@127.0.0.1:{port}/art"
+    with pytest.raises(StorageError, match="Connection refused") as info:
+        await PostgresStorage(url).open()
+    assert "hunter2-secret" not in info.value.message
+    assert "check that the server is running" in info.value.message

@@ -147,3 +147,20 @@ async def test_a_lease_connection_lost_is_replaced(postgres_tables: str) -> None
         assert storage._lease_conn is not None and not storage._lease_conn.closed
     finally:
         await storage.close()
+
+
+async def test_an_unknown_database_is_a_storage_error_naming_the_server(
+    postgres_server: str,
+) -> None:
+    from urllib.parse import urlsplit, urlunsplit
+
+    from art.adapters.postgres import PostgresStorage
+    from art.errors import StorageError
+
+    missing = urlunsplit(urlsplit(postgres_server)._replace(path="/art_no_such_database"))
+    with pytest.raises(StorageError) as info:
+        await PostgresStorage(missing).open()
+    assert 'database "art_no_such_database" does not exist' in info.value.message
+    assert urlsplit(postgres_server).hostname in info.value.message
+    password = urlsplit(postgres_server).password
+    assert not password or password not in info.value.message
