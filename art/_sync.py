@@ -10,6 +10,7 @@ pools, locks) opened by one call are usable by the next.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -59,16 +60,26 @@ class Portal:
             self._loop, self._thread = loop, thread
             return loop
 
+    @property
+    def in_portal(self) -> bool:
+        """Whether the calling thread is the portal's own (its loop is running here)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coro` on the portal's loop; cancelling the future cancels the coroutine.
+
+        Await it from another loop with `asyncio.wrap_future`."""
+        return asyncio.run_coroutine_threadsafe(coro, self._start())
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the portal's loop and return its result (or raise its exception)."""
-        if self._thread is not None and threading.current_thread() is self._thread:
+        if self.in_portal:
             coro.close()
             raise RuntimeError(
                 "a sync art method was called from inside art's own event loop (for example "
                 "from a hook); use the async method (aprocess, aresume_execution, ...) instead"
             )
-        loop = self._start()
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        future = self.submit(coro)
         try:
             return future.result()
         except BaseException:

@@ -81,6 +81,16 @@ ToolsOption = Annotated[
         show_default=False,
     ),
 ]
+McpConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--mcp-config",
+        metavar="PATH",
+        help="An mcpServers JSON file (Claude Desktop's format): its servers' tools join "
+        "the others. See docs/mcp.md.",
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
 ]
@@ -162,12 +172,13 @@ def run(
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
-    _exit(_guard(out, lambda: _run(out, query, thread_id, model, storage, tools)))
+    _exit(_guard(out, lambda: _run(out, query, thread_id, model, storage, tools, mcp_config)))
 
 
 @app.command()
@@ -184,6 +195,7 @@ def plan(
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
     mermaid: Annotated[bool, typer.Option("--mermaid", help="Print a Mermaid graph.")] = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -193,7 +205,7 @@ def plan(
     out = Output(json=json_output)
 
     async def make_plan() -> int:
-        async with _build_instance(model, storage, tools) as inst:
+        async with _build_instance(model, storage, tools, mcp_config) as inst:
             result = await inst.aplan(query, thread)
         if json_output:
             out.emit_json(result.to_wire())
@@ -223,6 +235,7 @@ def resume(
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Decide a suspended step (human in the loop) and finish the run."""
@@ -232,7 +245,7 @@ def resume(
     decision = {"approved": approve, "reason": reason}
 
     async def do_resume() -> int:
-        async with _build_instance(model, storage, tools) as inst:
+        async with _build_instance(model, storage, tools, mcp_config) as inst:
             view = RunView(thread_id=thread_id)
             await _seed_view(inst, view, thread_id)
             response = await _live(
@@ -312,6 +325,68 @@ def show(
     _exit(_guard(out, show_it))
 
 
+@app.command("tools")
+def tools_command(
+    tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """List the tools an agent gets (built-in or --tools, and --mcp-config's servers' tools,
+    which are started to list them). Exits 1 when an MCP server does not start."""
+    from art.adapters.mcp.commands import list_tools
+
+    out = Output(json=json_output)
+    _exit(_guard(out, lambda: list_tools(out, tools, mcp_config)))
+
+
+@app.command("mcp")
+def mcp_command(
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(
+            "--instance",
+            metavar="MODULE:ATTR",
+            help="Serve this ArtInstance (or a function returning one) instead of building "
+            "one from --model, --storage, --tools and --mcp-config.",
+            show_default=False,
+        ),
+    ] = None,
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve Streamable HTTP instead of stdio.")
+    ] = False,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (--http).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", help="Port (--http; 0: any free one).")] = 8000,
+    path: Annotated[str, typer.Option("--path", help="URL path (--http).")] = "/mcp",
+) -> None:
+    """Serve this agent as an MCP server: its query, plan and suspension tools, over stdio
+    (for Claude Desktop and IDEs) or Streamable HTTP. See docs/mcp.md."""
+    from art.adapters.mcp.commands import serve_command
+
+    out = Output(json=False)
+    _exit(
+        _guard(
+            out,
+            lambda: serve_command(
+                instance=instance,
+                model=model,
+                storage=storage,
+                tools=tools,
+                mcp_config=mcp_config,
+                http=http,
+                host=host,
+                port=port,
+                path=path,
+            ),
+        )
+    )
+
+
 def main() -> None:
     """Console-script entry point (`art = "art.cli:main"`)."""
     app()
@@ -325,8 +400,9 @@ async def _run(
     model: str | None,
     storage: str | None,
     tools: list[str] | None,
+    mcp_config: Path | None = None,
 ) -> int:
-    async with _build_instance(model, storage, tools) as inst:
+    async with _build_instance(model, storage, tools, mcp_config) as inst:
         view = RunView(thread_id=thread_id, query=query)
         response = await _live(out, view, inst.stream(query, thread_id))
         return await _finish(out, inst, view, response, storage)
@@ -519,7 +595,12 @@ def _resume_command(thread_id: str, suspension_id: str, storage: str | None) -> 
 
 
 # -- building the instance --------------------------------------------------------------
-def _build_instance(model: str | None, storage: str | None, tools: list[str] | None) -> ArtInstance:
+def _build_instance(
+    model: str | None,
+    storage: str | None,
+    tools: list[str] | None,
+    mcp_config: Path | None = None,
+) -> ArtInstance:
     """The instance a command runs on (an async context manager: closed after use)."""
     import art
 
@@ -528,6 +609,8 @@ def _build_instance(model: str | None, storage: str | None, tools: list[str] | N
         fields["model"] = model
     if storage:
         fields["storage"] = storage
+    if mcp_config is not None:
+        fields["mcp_servers"] = mcp_config
     return art.create_art_instance(**fields)
 
 

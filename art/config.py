@@ -84,6 +84,9 @@ class ArtInstanceConfig(ArtModel):
     persona: Persona = Field(default_factory=Persona)
     llm_params: dict[str, Any] = Field(default_factory=dict)
     callbacks: Any = None
+    # MCP servers whose tools join `tools`: a path to an mcpServers JSON file, a dict in
+    # that format, an MCPConfig or an MCPClient (art.adapters.mcp; docs/mcp.md)
+    mcp_servers: Any = None
 
     @field_validator("persona", mode="before")
     @classmethod

@@ -59,6 +59,7 @@ from art.suspension import (
 )
 
 if TYPE_CHECKING:
+    from art.adapters.mcp import MCPClient
     from art.execution import ExecutionOutcome, Executor
     from art.llm import LLMClient
     from art.plans import Plan
@@ -262,6 +263,15 @@ class ArtInstance:
         self._display_tools = frozenset(
             tool.schema.name for tool in self.registry if tool.schema.mode == "display"
         )
+        self._mcp: MCPClient | None = None
+        self._owns_mcp = False
+        self._mcp_lock = threading.Lock()  # runs on two loops may register tools at once
+        if self.config.mcp_servers is not None:
+            from art.adapters.mcp import MCPClient
+
+            given = self.config.mcp_servers
+            self._mcp = given if isinstance(given, MCPClient) else MCPClient(given)
+            self._owns_mcp = self._mcp is not given
         self._opened = False
         self._providers_ready = False
         self._llm: LLMClient | None = None
@@ -470,6 +480,8 @@ class ArtInstance:
             pool.shutdown(wait=False, cancel_futures=True)
         if self._opened and self._owns_storage:
             await self.storage.close()
+        if self._mcp is not None and self._owns_mcp:
+            await self._mcp.aclose()  # stops the MCP servers it started
         if self._callbacks is not None:
             self._callbacks.detach()
 
@@ -542,6 +554,14 @@ class ArtInstance:
             if any(m.startswith("local/") for m in models):
                 import art.adapters.local  # noqa: F401 - registers the provider with litellm
             self._providers_ready = True
+        if self._mcp is not None:
+            # Starts the MCP servers not running yet (one that fails is left out, with a
+            # warning, and tried again by a later run) and registers their tools once.
+            tools = await self._mcp.astart(strict=False)
+            with self._mcp_lock:
+                for tool in tools:
+                    if self.registry.get(tool.name) is not tool:
+                        self.registry.register(tool)
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""
@@ -1059,7 +1079,7 @@ def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -
         if fields:
             merged = {**config.model_dump(exclude_unset=True), **fields}
             # Objects (tools, adapters, callbacks) must not be copied through model_dump.
-            for name in ("tools", "storage", "callbacks"):
+            for name in ("tools", "storage", "callbacks", "mcp_servers"):
                 if name not in fields and name in config.model_fields_set:
                     merged[name] = getattr(config, name)
             return ArtInstanceConfig.model_validate(merged)

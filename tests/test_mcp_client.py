@@ -1,0 +1,445 @@
+"""art's MCP client against real MCP servers nobody here wrote: mcp-server-time and
+mcp-server-git from PyPI, @modelcontextprotocol/server-everything from npm (stdio,
+Streamable HTTP, SSE). Each test plans with the scripted model and runs real tool calls."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp_fixtures import (
+    EVERYTHING,
+    alive,
+    everything_server,
+    free_port,
+    git_server,
+    mcp_children,
+    require_everything,
+    run_everything,
+    time_server,
+    wait_for_port,
+)
+from typer.testing import CliRunner
+
+import art
+from art.adapters.mcp import MCPClient, MCPServerError
+from art.cli import EXIT_ERROR, EXIT_OK, app
+from art.testing import replies
+
+pytestmark = pytest.mark.slow
+
+
+def _plan(*steps: dict) -> dict:
+    return {"title": "MCP steps", "steps": list(steps)}
+
+
+def _step(step_id: str, tool: str, **args) -> dict:
+    return {"id": step_id, "tool": tool, "args": args}
+
+
+def _instance(model, mcp_servers, **config) -> art.ArtInstance:
+    return art.create_art_instance(
+        model=model.model,
+        storage="memory://",
+        mcp_servers=mcp_servers,
+        execution_config={"step_max_retries": 0, **config},
+    )
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("repo")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}
+    env |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b.c"}
+    for command in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "first commit"]):
+        subprocess.run(["git", *command], cwd=path, env=env, check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[MCPClient]:
+    """time, git and everything over stdio, started once for the tests that only call them."""
+    client = MCPClient(
+        {"time": time_server(), "git": git_server(), "everything": everything_server()}
+    )
+    client.start()
+    yield client
+    client.close()
+
+
+# -- tools and schemas ---------------------------------------------------------------------
+def test_every_servers_tools_are_listed_with_their_schemas(servers):
+    tools = {tool.name: tool for tool in servers.tools}
+    assert {"time__get_current_time", "time__convert_time", "git__git_log"} <= set(tools)
+    assert "everything__trigger_long_running_operation" in tools  # trigger-long-running-...
+    now = tools["time__get_current_time"]
+    assert (now.server_name, now.mcp_name) == ("time", "get_current_time")
+    assert now.schema.description == "Get current time in a specific timezone"
+    assert now.schema.input_schema["required"] == ["timezone"]
+    assert set(now.schema.output_schema["properties"]) == {
+        "timezone",
+        "datetime",
+        "day_of_week",
+        "is_dst",
+    }
+    image = tools["everything__get_tiny_image"]
+    assert image.mcp_name == "get-tiny-image"
+    assert image.schema.output_schema is None
+    statuses = {s.name: s for s in servers.status()}
+    assert statuses["time"].protocol_version == "2026-07-28"  # a server of both eras
+    assert statuses["everything"].protocol_version == "2025-11-25"  # an older one
+    assert all(s.state == "running" and s.transport == "stdio" for s in statuses.values())
+
+
+# -- a whole run ---------------------------------------------------------------------------
+def test_process_plans_steps_on_mcp_tools_and_gets_their_real_outputs(
+    servers, scripted_model, repo
+):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "time__get_current_time", timezone="Asia/Tokyo"),
+            _step("s2", "git__git_log", repo_path=str(repo), max_count=1),
+            _step("s3", "everything__echo", message="{{s2.output}}"),
+        )
+    )
+    with _instance(model, servers) as inst:
+        response = inst.process("Time in Tokyo, and the last commit?", "mcp-run")
+    assert response.status == "success", response.content
+    s1, s2, s3 = response.steps
+    assert s1.output["timezone"] == "Asia/Tokyo"
+    assert s1.output["datetime"].endswith("+09:00")  # structured content is the output
+    assert s1.result.metadata["content"][0]["type"] == "text"  # the text is kept too
+    assert "first commit" in s2.output
+    assert s3.output.startswith("Echo: Commit history:")  # a reference between MCP steps
+    synthesis = model.calls_for("synthesis")[0]
+    assert "Asia/Tokyo" in json.dumps(synthesis.messages)
+
+
+def test_images_come_back_as_base64_content_blocks(servers, scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__get_tiny_image")))
+    with _instance(model, servers) as inst:
+        response = inst.process("Show me the logo", "mcp-image")
+    blocks = response.steps[0].output
+    assert [block["type"] for block in blocks] == ["text", "image", "text"]
+    image = blocks[1]
+    assert image["mimeType"] == "image/png"
+    assert base64.b64decode(image["data"]).startswith(b"\x89PNG")
+    json.dumps(response.model_dump(mode="json"))  # the whole response stays JSON-safe
+
+
+def test_an_is_error_result_fails_the_step_with_the_servers_message(servers, scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "time__get_current_time", timezone="Mars/Olympus_Mons"),
+            _step("s2", "time__get_current_time", timezone="UTC"),
+        )
+    )
+    with _instance(model, servers) as inst:
+        response = inst.process("Time on Mars and in UTC?", "mcp-error")
+    assert response.status == "partial"
+    failed, ok = response.steps
+    assert failed.status == "failed"
+    assert "Invalid timezone" in failed.result.error
+    assert "Mars/Olympus_Mons" in failed.result.error
+    assert failed.result.error_code == "UNKNOWN"
+    assert ok.status == "completed" and ok.output["timezone"] == "UTC"
+
+
+def test_progress_notifications_become_running_tool_updates(servers, scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__trigger_long_running_operation", duration=0.6, steps=3)
+        )
+    )
+    updates = []
+    with _instance(model, servers) as inst:
+        inst.on("tool:update", lambda data, context: updates.append(data))
+        response = inst.process("Run the long operation", "mcp-progress")
+    assert response.status == "success"
+    assert [u["stage"] for u in updates] == ["start", "running", "running", "running", "end"]
+    running = [u for u in updates if u["stage"] == "running"]
+    assert [u["metadata"]["progress"] for u in running] == [1, 2, 3]
+    assert {u["metadata"]["total"] for u in running} == {3}
+    assert running[0]["title"] == "1/3"
+    assert "Long running operation completed" in updates[-1]["result"]
+
+
+def test_concurrent_steps_share_one_server_process(servers, scripted_model):
+    before = mcp_children("mcp-server-everything")
+    model = scripted_model(
+        planning=_plan(
+            *(
+                _step(f"s{i}", "everything__trigger_long_running_operation", duration=1, steps=1)
+                for i in (1, 2, 3)
+            )
+        )
+    )
+    with _instance(model, servers) as inst:
+        started = time.perf_counter()
+        response = inst.process("Three at once", "mcp-parallel")
+        elapsed = time.perf_counter() - started
+    assert response.status == "success"
+    assert elapsed < 2.5, f"three 1 s calls took {elapsed:.2f} s: they did not run together"
+    assert len(before) == 1 and mcp_children("mcp-server-everything") == before
+
+
+def test_a_server_that_does_not_answer_in_time_fails_its_step_with_timeout(servers, scripted_model):
+    model = scripted_model(
+        planning=replies(
+            _plan(
+                _step("s1", "everything__trigger_long_running_operation", duration=30, steps=30),
+                _step("s2", "everything__echo", message="still here"),
+            ),
+            _plan(_step("s1", "everything__echo", message="again")),
+        )
+    )
+    with _instance(model, servers, step_timeout_s=1.0) as inst:
+        started = time.perf_counter()
+        response = inst.process("Slow and fast", "mcp-timeout")
+        assert time.perf_counter() - started < 10
+        assert response.status == "partial"
+        slow, fast = response.steps
+        assert slow.status == "failed" and slow.result.error_code == "TIMEOUT"
+        assert fast.output == "Echo: still here"
+        # The server is still usable: the abandoned call was cancelled, not the session.
+        assert inst.process("Again", "mcp-timeout-2").steps[0].output == "Echo: again"
+
+
+def test_a_servers_own_request_timeout_also_fails_the_step_with_timeout(scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__trigger_long_running_operation", duration=10, steps=10)
+        )
+    )
+    config = {"everything": {**everything_server(), "timeout": 0.5}}
+    with _instance(model, config) as inst:
+        response = inst.process("Slow", "mcp-request-timeout")
+    step = response.steps[0]
+    assert step.result.error_code == "TIMEOUT" and step.result.retryable
+    assert "no answer within 0.5 s" in step.result.error
+
+
+def test_cancelling_the_run_cancels_the_mcp_call_and_keeps_the_session(servers, scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__trigger_long_running_operation", duration=30, steps=30)
+        )
+    )
+    with _instance(model, servers) as inst:
+        inst.on(
+            "tool:update",
+            lambda data, context: inst.cancel("mcp-cancel") if data["stage"] == "running" else None,
+        )
+        started = time.perf_counter()
+        response = inst.process("Start, then stop", "mcp-cancel")
+    assert time.perf_counter() - started < 10
+    assert response.metadata.error.code == "CANCELLED"
+    # Still answering, and from any event loop (here a new one of asyncio.run).
+    echo = next(tool for tool in servers.tools if tool.name == "everything__echo")
+    context = art.ExecutionContext(thread_id="t", trace_id="0" * 32, call_id="c")
+    assert asyncio.run(echo.execute({"message": "alive"}, context)).output == "Echo: alive"
+
+
+# -- lifecycle -----------------------------------------------------------------------------
+def test_servers_start_lazily_and_close_leaves_no_processes(scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "time__get_current_time", timezone="UTC"),
+            _step("s2", "everything__echo", message="hi"),
+        )
+    )
+
+    def servers_running() -> set[int]:
+        return mcp_children("mcp_server_time") | mcp_children("mcp-server-everything")
+
+    before = servers_running()  # the shared servers of the other tests
+    inst = _instance(model, {"time": time_server(), "everything": everything_server()})
+    assert servers_running() == before  # nothing starts with the instance
+    response = inst.process("Time and echo", "mcp-close")
+    assert response.status == "success"
+    pids = servers_running() - before
+    assert len(pids) == 2
+    inst.close()
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_crashed_server_is_restarted_and_the_step_retried(scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "time__get_current_time", timezone="UTC")))
+    inst = _instance(model, {"time": time_server()}, step_max_retries=1, retry_backoff_s=0)
+    before = mcp_children("mcp_server_time")  # the shared servers of the other tests
+    try:
+        assert inst.process("Time?", "mcp-crash-1").status == "success"
+        (first,) = mcp_children("mcp_server_time") - before
+        os.kill(first, signal.SIGKILL)
+        response = inst.process("Time again?", "mcp-crash-2")
+        assert response.status == "success"
+        assert response.steps[0].attempts == 2  # the call that found it gone, then the retry
+        (second,) = mcp_children("mcp_server_time") - before
+        assert second != first
+    finally:
+        inst.close()
+
+
+def test_a_server_that_cannot_be_restarted_fails_steps_with_a_clear_error(scripted_model, tmp_path):
+    marker = tmp_path / "started-once"
+    script = (
+        f'if [ -e "{marker}" ]; then echo "boom: the license expired" >&2; exit 3; fi; '
+        f'touch "{marker}"; exec "{sys.executable}" -m mcp_server_time'
+    )
+    model = scripted_model(planning=_plan(_step("s1", "flaky__get_current_time", timezone="UTC")))
+    inst = _instance(model, {"flaky": {"command": "sh", "args": ["-c", script]}})
+    before = mcp_children("mcp_server_time")
+    try:
+        assert inst.process("Time?", "mcp-broken-1").status == "success"
+        (pid,) = mcp_children("mcp_server_time") - before
+        os.kill(pid, signal.SIGKILL)
+        for thread in ("mcp-broken-2", "mcp-broken-3"):  # the second fails at once
+            error = inst.process("Time?", thread).steps[0].result.error
+            assert "MCP server 'flaky' stopped and could not be restarted" in error
+            assert "boom: the license expired" in error
+    finally:
+        inst.close()
+
+
+def test_a_server_that_does_not_start_is_left_out_with_a_warning(scripted_model, caplog):
+    model = scripted_model(planning=_plan(_step("s1", "time__get_current_time", timezone="UTC")))
+    config = {"missing": {"command": "no-such-mcp-server-here"}, "time": time_server()}
+    with _instance(model, config) as inst:
+        response = inst.process("Time?", "mcp-missing")
+        assert response.status == "success"
+        assert not any(name.startswith("missing__") for name in inst.registry.names())
+    warning = next(r for r in caplog.records if "did not start" in r.getMessage())
+    assert "command not found: no-such-mcp-server-here" in warning.getMessage()
+
+    client = MCPClient({"missing": {"command": "no-such-mcp-server-here"}})
+    with pytest.raises(MCPServerError, match=r"'missing' .* did not start: command not found"):
+        client.start()
+    client.close()
+
+
+# -- HTTP ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def everything_http() -> Iterator[str]:
+    yield from run_everything("streamableHttp")
+
+
+@pytest.fixture(scope="module")
+def everything_sse() -> Iterator[str]:
+    yield from run_everything("sse")
+
+
+def test_streamable_http_server_with_progress(everything_http, scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "remote__echo", message="over HTTP"),
+            _step("s2", "remote__trigger_long_running_operation", duration=0.4, steps=2),
+        )
+    )
+    updates = []
+    with MCPClient({"remote": {"url": f"{everything_http}/mcp"}}) as client:
+        assert client.status()[0].transport == "http"
+        with _instance(model, client) as inst:
+            inst.on("tool:update", lambda data, context: updates.append(data["stage"]))
+            response = inst.process("Echo over HTTP", "mcp-http")
+    assert response.steps[0].output == "Echo: over HTTP"
+    assert updates.count("running") == 2
+
+
+def test_an_sse_only_server_is_reached_through_the_fallback(everything_sse, scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "old__echo", message="over SSE")))
+    config = {"old": {"url": f"{everything_sse}/sse"}}  # no type: Streamable HTTP first
+    with MCPClient(config) as client:
+        assert client.status()[0].transport == "sse"
+        with _instance(model, client) as inst:
+            response = inst.process("Echo over SSE", "mcp-sse")
+    assert response.steps[0].output == "Echo: over SSE"
+
+
+def test_an_http_server_that_comes_back_is_reconnected(scripted_model):
+    port = free_port()
+
+    def start() -> subprocess.Popen[bytes]:
+        require_everything()
+        process = subprocess.Popen(
+            [str(EVERYTHING), "streamableHttp"],
+            env={**os.environ, "PORT": str(port)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(port, process)
+        return process
+
+    server = start()
+    model = scripted_model(planning=_plan(_step("s1", "remote__echo", message="hello")))
+    config = {"remote": {"url": f"http://127.0.0.1:{port}/mcp"}}
+    inst = _instance(model, config, step_max_retries=1, retry_backoff_s=0)
+    try:
+        assert inst.process("Echo", "mcp-http-1").steps[0].output == "Echo: hello"
+        server.kill()
+        server.wait()
+        server = start()  # a deploy: a new process, new sessions
+        step = inst.process("Echo again", "mcp-http-2").steps[0]
+        assert step.output == "Echo: hello" and step.attempts == 2
+    finally:
+        inst.close()
+        server.kill()
+        server.wait()
+
+
+# -- the command line ----------------------------------------------------------------------
+@pytest.fixture
+def mcp_json(tmp_path) -> Path:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"time": time_server()}}))
+    return path
+
+
+def test_art_tools_lists_what_a_config_exposes(mcp_json, restore_logging):
+    result = CliRunner().invoke(
+        app, ["tools", "--mcp-config", str(mcp_json), "--json"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == EXIT_OK, result.output
+    document = json.loads(result.stdout)
+    names = [tool["name"] for tool in document["tools"]]
+    assert names[:4] == ["calculator", "http_get", "ask_human", "show"]
+    assert names[4:] == ["time__get_current_time", "time__convert_time"]
+    assert document["tools"][4]["source"] == "mcp:time"
+    assert document["tools"][4]["mcp_tool"] == "get_current_time"
+    (server,) = document["mcp_servers"]
+    assert server["state"] == "running" and server["error"] is None
+
+    table = CliRunner().invoke(
+        app, ["tools", "--mcp-config", str(mcp_json)], env={"COLUMNS": "200"}
+    )
+    assert "time__convert_time" in table.stdout and "mcp:time (convert_time)" in table.stdout
+    assert "running MCP server time (stdio:" in table.stdout
+
+
+def test_art_tools_exits_1_naming_a_server_that_does_not_start(tmp_path, restore_logging):
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"gone": {"command": "no-such-mcp-server"}}}))
+    result = CliRunner().invoke(app, ["tools", "--mcp-config", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == EXIT_ERROR
+    assert "failed MCP server gone" in result.stdout
+    assert "command not found: no-such-mcp-server" in result.stderr
+
+
+def test_art_run_with_mcp_config(mcp_json, scripted_model, restore_logging):
+    model = scripted_model(planning=_plan(_step("s1", "time__get_current_time", timezone="UTC")))
+    result = CliRunner().invoke(
+        app,
+        ["run", "Time?", "--mcp-config", str(mcp_json), "--model", model.model, "--json"],
+        env={"ART_STORAGE": "memory://"},
+    )
+    assert result.exit_code == EXIT_OK, result.output
+    document = json.loads(result.stdout)
+    assert document["steps"][0]["result"]["output"]["timezone"] == "UTC"
