@@ -156,6 +156,20 @@ def test_display_tool(tmp_path):
     assert out.index("[event] bar_chart") < out.index("answer:")
 
 
+@pytest.mark.slow
+def test_mcp_tools(tmp_path):
+    out = _ok(run_example("mcp_tools.py", cwd=tmp_path))
+    assert '"mcpServers": {' in out
+    assert "time__get_current_time <- time:get_current_time" in out
+    assert "time__convert_time <- time:convert_time" in out
+    assert "s1 time__convert_time: Asia/Tokyo 21:00 (+9.0h)" in out  # the server's real output
+    assert "s2 time__convert_time: Asia/Kolkata 17:30 (+5.5h)" in out
+    assert re.search(r"^  s3 time__get_current_time: UTC \w+day$", out, re.MULTILINE)
+    assert "answer: Noon UTC is 21:00 in Tokyo and 17:30 in Kolkata." in out
+    assert "success: 2 LLM calls, 3 MCP tool calls" in out
+    assert list(tmp_path.iterdir()) == []
+
+
 def _pytest(path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     return subprocess.run(
