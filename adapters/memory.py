@@ -224,6 +224,26 @@ class MemoryStorage(StorageAdapter):
             texts = thread.messages[-limit:] if thread else []
         return [load_json(ConversationMessage, text) for text in texts]
 
+    async def replace_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage]
+    ) -> None:
+        texts = [dump_json(message) for message in messages]
+        with self._lock:
+            thread = self._thread(thread_id)
+            thread.messages = texts
+            self._touch(thread)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        with self._lock:
+            thread = self._threads.pop(thread_id, None)
+            if thread is None:
+                return False
+            for run_id in thread.run_ids:
+                self._runs.pop(run_id, None)
+            for suspension_id in thread.suspension_ids:
+                self._suspensions.pop(suspension_id, None)
+            return True
+
     # -- events -------------------------------------------------------------------
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         # Serialised before taking the lock; the number is kept beside the text and set

@@ -460,6 +460,27 @@ class PostgresStorage(StorageAdapter):
             rows = await cursor.fetchall()
         return [load_json(ConversationMessage, data) for (data,) in reversed(rows)]
 
+    async def replace_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage]
+    ) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute("DELETE FROM messages WHERE thread_id = %s", (thread_id,))
+            for message in messages:
+                await self._insert_message(conn, message)
+            await conn.execute(_TOUCH_THREAD, {"thread_id": thread_id, "now": utcnow()})
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        found = 0
+        async with self._connection() as conn, conn.transaction():
+            # Steps go with their runs (ON DELETE CASCADE).
+            for table in ("threads", "runs", "suspensions", "messages", "events"):
+                cursor = await conn.execute(
+                    f"DELETE FROM {table} WHERE thread_id = %s",
+                    (thread_id,),
+                )
+                found += cursor.rowcount
+        return found > 0
+
     # -- events -------------------------------------------------------------------
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         rows = [

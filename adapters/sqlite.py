@@ -742,6 +742,31 @@ class SQLiteStorage(StorageAdapter):
 
         return await self._call(read, write=False)
 
+    async def replace_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage]
+    ) -> None:
+        inserts = [_message_insert(message) for message in messages]
+        now = timestamp_key(utcnow())
+
+        def write(conn: sqlite3.Connection) -> None:  # one transaction: all or nothing
+            conn.execute("DELETE FROM messages WHERE thread_id = ?", (thread_id,))
+            for insert in inserts:
+                insert(conn)
+            conn.execute(_TOUCH_THREAD, (thread_id, now))
+
+        await self._write(write)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            found = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount
+            for table in ("runs", "suspensions", "messages", "events"):  # steps: cascade
+                found += conn.execute(
+                    f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,)
+                ).rowcount
+            return found > 0
+
+        return await self._write(write)
+
     # -- events -------------------------------------------------------------------
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         rows = [

@@ -173,12 +173,49 @@ def run(
     storage: StorageOption = None,
     tools: ToolsOption = None,
     mcp_config: McpConfigOption = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            metavar="TOOL",
+            help="Give this run only the named tools (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    context: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--context",
+            metavar="KEY=VALUE",
+            help="A system context variable every LLM call of the run sees (repeatable; "
+            "a JSON value is read as JSON).",
+            show_default=False,
+        ),
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata",
+            metavar="KEY=VALUE",
+            help="Run metadata for hooks and tools, never sent to an LLM (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
-    _exit(_guard(out, lambda: _run(out, query, thread_id, model, storage, tools, mcp_config)))
+    options: dict[str, Any] = {}
+    if only:
+        options["tools"] = only
+    if context:
+        options["system_context"] = _key_values(context, "--context")
+    if metadata:
+        options["metadata"] = _key_values(metadata, "--metadata")
+    _exit(
+        _guard(out, lambda: _run(out, query, thread_id, model, storage, tools, mcp_config, options))
+    )
 
 
 @app.command()
@@ -401,10 +438,11 @@ async def _run(
     storage: str | None,
     tools: list[str] | None,
     mcp_config: Path | None = None,
+    options: dict[str, Any] | None = None,
 ) -> int:
     async with _build_instance(model, storage, tools, mcp_config) as inst:
         view = RunView(thread_id=thread_id, query=query)
-        response = await _live(out, view, inst.stream(query, thread_id))
+        response = await _live(out, view, inst.stream(query, thread_id, options))
         return await _finish(out, inst, view, response, storage)
 
 
@@ -631,6 +669,20 @@ class _storage:
     async def __aexit__(self, *exc: object) -> None:
         if self.store is not None:
             await self.store.close()
+
+
+def _key_values(pairs: Iterable[str], option: str) -> dict[str, Any]:
+    """`KEY=VALUE` pairs as a dict; a value that is JSON is read as JSON, else text."""
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
+        try:
+            found[key.strip()] = json.loads(value)
+        except ValueError:
+            found[key.strip()] = value
+    return found
 
 
 def _builtin_tools() -> list[Any]:

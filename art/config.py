@@ -60,14 +60,25 @@ class Persona(ArtModel):
 
 
 class ProcessOptions(ArtModel):
-    """Per-call options for `process`/`aprocess`."""
+    """Per-call options for `process`, `aprocess`, `stream` and `resume_execution`.
 
-    model_config = ConfigDict(extra="forbid")
+    `tools` are the run's tools: a registered tool's name, `"*"` for every registered
+    tool, or a tool (an `IToolExecutor` or a function) added for this call only; without
+    it the run has the instance's tools. `system_context` holds variables every LLM
+    call of the run sees (planning, reasoning, synthesis); `metadata` is the
+    application's own data, which no LLM sees: hooks get it as `context.metadata`,
+    tools as `context.extra`. Both are stored with the run.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     execution_config: dict[str, Any] | None = None
     user_id: str | None = None
     session_id: str | None = None
     llm_params: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    system_context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ArtInstanceConfig(ArtModel):

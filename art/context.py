@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from art.spans import SpanContext
 from art.tooling import CancellationToken
@@ -48,6 +48,12 @@ class RunContext:
     events: EventBus
     user_id: str | None = None
     session_id: str | None = None
+    # The answer's message id, the agent's name (the persona's), the application's
+    # metadata (tools see it as `context.extra`) and the LLM calls' context variables.
+    message_id: str | None = None
+    agent: str = "art"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    system_context: dict[str, Any] = field(default_factory=dict)
     stats: RunStats = field(default_factory=RunStats)
     cancellation: CancellationToken = field(default_factory=CancellationToken)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ log = get_logger("art.events")
 
 EVENT_NAMES: frozenset[str] = frozenset(
     {
+        "run:before",
         "session:start",
         "session:end",
         "plan:created",
@@ -49,14 +51,32 @@ Hook = Callable[[Any, "EventContext"], Any]
 
 
 class EventContext(ArtModel):
-    """Where an event happened; the second argument of every hook."""
+    """Where an event happened; the second argument of every hook.
+
+    `session_id` and `metadata` are the run's (`options={"session_id": ..., "metadata":
+    {...}}`), `message_id` the id of the answer the run writes (`resp.response.message_id`);
+    all three are None for an event outside a run. Treat `metadata` as read-only.
+    """
 
     name: str
     thread_id: str | None = None
     run_id: str | None = None
     trace_id: str | None = None
     span: SpanContext | None = None
+    session_id: str | None = None
+    message_id: str | None = None
+    metadata: dict[str, Any] | None = None
     timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True, slots=True)
+class RunScope:
+    """What every event of one run shares besides its ids: the `EventContext` fields
+    `session_id`, `message_id` and `metadata`."""
+
+    session_id: str | None = None
+    message_id: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class Event(ArtModel):
@@ -94,38 +114,65 @@ class EventBus:
 
     def __init__(self) -> None:
         self._hooks: dict[str, list[tuple[Hook, bool]]] = {}
+        # Called for every event after the hooks, like a '*' hook that `off` never
+        # removes: the instance's AgentCallbacks (see `observe`).
+        self._observers: list[Hook] = []
         self._subscribers: list[Callable[[Event], None]] = []
         # Counts changes to the hooks and subscribers, so a run can keep its answers to
         # `wants` until the next change (it asks several times per step).
         self.changes = 0
 
     # -- registration -------------------------------------------------------------
-    def on(self, name: str, fn: Hook) -> Hook:
-        """Call `fn(data, context)` on every `name` event ('*' for all). Returns `fn`."""
+    def on(self, name: str, fn: Hook) -> EventBus:
+        """Call `fn(data, context)` on every `name` event ('*' for all). Returns the bus,
+        so calls chain."""
         _check_name(name)
         self._hooks.setdefault(name, []).append((fn, False))
         self.changes += 1
-        return fn
+        return self
 
-    def once(self, name: str, fn: Hook) -> Hook:
+    def once(self, name: str, fn: Hook) -> EventBus:
         """Like `on`, but only for the next `name` event."""
         _check_name(name)
         self._hooks.setdefault(name, []).append((fn, True))
         self.changes += 1
-        return fn
+        return self
 
-    def off(self, name: str, fn: Hook | None = None) -> None:
-        """Remove `fn` from `name`, or every hook of `name` when `fn` is None."""
-        _check_name(name)
+    def off(self, name: str | None = None, fn: Hook | None = None) -> EventBus:
+        """Remove hooks: `fn` from `name`; every hook of `name` when `fn` is None.
+
+        `name` None or '*' means every event: `off()` removes every hook, `off("*", fn)`
+        removes `fn` wherever it was added. Returns the bus.
+        """
+        if name is not None:
+            _check_name(name)
         self.changes += 1
+        keys = list(self._hooks) if name is None or name == ALL_EVENTS else [name]
         if fn is None:
-            self._hooks.pop(name, None)
-            return
-        kept = [(h, o) for h, o in self._hooks.get(name, []) if h is not fn]
-        if kept:
-            self._hooks[name] = kept
-        else:
-            self._hooks.pop(name, None)
+            for key in keys:
+                self._hooks.pop(key, None)
+            return self
+        for key in keys:
+            kept = [(h, o) for h, o in self._hooks.get(key, []) if h is not fn]
+            if kept:
+                self._hooks[key] = kept
+            else:
+                self._hooks.pop(key, None)
+        return self
+
+    def observe(self, fn: Hook) -> Callable[[], None]:
+        """Call `fn(data, context)` on every event after its hooks, whatever `off` removes
+        later; returns the function that stops it. What `AgentCallbacks` use: configured
+        with the instance, they are not hooks a caller can remove by accident."""
+        self._observers.append(fn)
+        self.changes += 1
+
+        def stop() -> None:
+            if fn in self._observers:
+                self._observers.remove(fn)
+                self.changes += 1
+
+        return stop
 
     def subscribe(self, sink: Callable[[Event], None]) -> Callable[[], None]:
         """Receive every event (after hooks ran); returns the unsubscribe function."""
@@ -140,12 +187,21 @@ class EventBus:
         return unsubscribe
 
     def wants(self, name: str) -> bool:
-        return bool(self._subscribers or self._hooks.get(name) or self._hooks.get(ALL_EVENTS))
+        return bool(
+            self._subscribers
+            or self._observers
+            or self._hooks.get(name)
+            or self._hooks.get(ALL_EVENTS)
+        )
 
     def listened(self, name: str) -> bool:
         """Whether a hook or subscriber would see `name` (the same as `wants` here; a
         run's `RunEvents` also wants events it only logs)."""
         return self.wants(name)
+
+    def hooked(self, name: str) -> bool:
+        """Whether a hook (or an observer) would see `name`; subscribers aside."""
+        return bool(self._observers or self._hooks.get(name) or self._hooks.get(ALL_EVENTS))
 
     # -- emission -----------------------------------------------------------------
     async def emit(
@@ -157,13 +213,19 @@ class EventBus:
         run_id: str | None = None,
         span: SpanContext | None = None,
         sinks: Sequence[Callable[[Event], None]] = (),
+        scope: RunScope | None = None,
+        hooks_only: bool = False,
     ) -> dict[str, Any]:
         """Run the hooks of `name` and deliver the event; return the (possibly edited) data.
 
-        `sinks` receive this one event besides the bus's subscribers (a run's stream).
+        `sinks` receive this one event besides the bus's subscribers (a run's stream);
+        `scope` fills the run's fields of the hooks' `EventContext`; `hooks_only` keeps
+        the event from the subscribers (`run:before`, which comes before a run exists).
         Raises HookVeto when a `*:before` hook raises.
         """
         hooks = self._take_hooks(name) if (name in self._hooks or ALL_EVENTS in self._hooks) else ()
+        if self._observers:
+            hooks = [*hooks, *self._observers]
         if not hooks and not sinks and not self._subscribers:
             return data
         timestamp = datetime.now(UTC)
@@ -174,6 +236,9 @@ class EventBus:
                 run_id=run_id,
                 trace_id=span.trace_id if span else None,
                 span=span,
+                session_id=scope.session_id if scope else None,
+                message_id=scope.message_id if scope else None,
+                metadata=scope.metadata if scope else None,
                 timestamp=timestamp,
             )
             is_before = name.endswith(":before")
@@ -189,7 +254,7 @@ class EventBus:
                     continue
                 if is_before and isinstance(returned, dict):
                     data = returned
-        if not sinks and not self._subscribers:
+        if hooks_only or (not sinks and not self._subscribers):
             return data
         # Built without re-validation: every field is already of its type.
         event = Event.model_construct(
@@ -243,7 +308,15 @@ class EventBus:
             thread_id=context.thread_id,
             run_id=context.run_id,
             span=context.span,
+            scope=scope_of(context),
         )
+
+
+def scope_of(context: EventContext) -> RunScope | None:
+    """The run fields of a hook's context, for an event emitted from that hook's place."""
+    if context.session_id is None and context.message_id is None and context.metadata is None:
+        return None
+    return RunScope(context.session_id, context.message_id, context.metadata)
 
 
 class RunEvents:
@@ -255,7 +328,17 @@ class RunEvents:
     Emitting costs a few dict lookups when nobody listens and the event is not logged.
     """
 
-    __slots__ = ("_listened", "_seen_changes", "_wants", "bus", "keep", "log", "logged", "sinks")
+    __slots__ = (
+        "_listened",
+        "_seen_changes",
+        "_wants",
+        "bus",
+        "keep",
+        "log",
+        "logged",
+        "scope",
+        "sinks",
+    )
 
     def __init__(
         self,
@@ -264,8 +347,10 @@ class RunEvents:
         sinks: Sequence[Callable[[Event], None]] = (),
         logged: frozenset[str] | None = None,
         keep: Callable[[str, dict[str, Any]], bool] | None = None,
+        scope: RunScope | None = None,
     ) -> None:
         self.bus = bus
+        self.scope = scope
         self.sinks = tuple(sinks)
         self.logged = logged or frozenset()
         self.keep = keep
@@ -316,7 +401,13 @@ class RunEvents:
         """Like `EventBus.emit`; the event also reaches the run's sinks and log."""
         if self.listened(name):
             data = await self.bus.emit(
-                name, data, thread_id=thread_id, run_id=run_id, span=span, sinks=self.sinks
+                name,
+                data,
+                thread_id=thread_id,
+                run_id=run_id,
+                span=span,
+                sinks=self.sinks,
+                scope=self.scope,
             )
         self.log_only(name, data, span)
         return data

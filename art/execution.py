@@ -322,6 +322,9 @@ class Executor:
             call_id="",
             user_id=run.user_id,
             session_id=run.session_id,
+            message_id=run.message_id,
+            agent=run.agent,
+            extra=run.metadata,
         )
 
     # -- public -----------------------------------------------------------------------

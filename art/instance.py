@@ -37,7 +37,7 @@ from art.errors import (
     SuspensionError,
     ThreadBusyError,
 )
-from art.events import Event, EventBus, Hook, HookVeto, RunEvents
+from art.events import Event, EventBus, Hook, HookVeto, RunEvents, RunScope
 from art.responses import (
     AgentFinalResponse,
     ConversationMessage,
@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from art.execution import ExecutionOutcome, Executor
     from art.llm import LLMClient
     from art.plans import Plan
+    from art.registry import ToolRegistry
+    from art.run_setup import RunSetup
 
 __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_message"]
 
@@ -260,9 +262,6 @@ class ArtInstance:
 
             self._callbacks = CallbackAdapter(self.config.callbacks)
             self._callbacks.attach(self.events)
-        self._display_tools = frozenset(
-            tool.schema.name for tool in self.registry if tool.schema.mode == "display"
-        )
         self._mcp: MCPClient | None = None
         self._owns_mcp = False
         self._mcp_lock = threading.Lock()  # runs on two loops may register tools at once
@@ -290,17 +289,23 @@ class ArtInstance:
         )
 
     # -- events -------------------------------------------------------------------------
-    def on(self, event: str, fn: Hook) -> Hook:
-        """Call `fn(data, context)` on every `event` ('*' for all); returns `fn`."""
-        return self.events.on(event, fn)
+    def on(self, event: str, fn: Hook) -> ArtInstance:
+        """Call `fn(data, context)` on every `event` ('*' for all); returns the instance,
+        so calls chain: `inst.on("tool:before", a).on("tool:after", b)`."""
+        self.events.on(event, fn)
+        return self
 
-    def once(self, event: str, fn: Hook) -> Hook:
+    def once(self, event: str, fn: Hook) -> ArtInstance:
         """Like `on`, for the next `event` only."""
-        return self.events.once(event, fn)
+        self.events.once(event, fn)
+        return self
 
-    def off(self, event: str, fn: Hook | None = None) -> None:
-        """Remove `fn` (or every hook) from `event`."""
+    def off(self, event: str | None = None, fn: Hook | None = None) -> ArtInstance:
+        """Remove hooks: `fn` from `event`, every hook of `event` without `fn`, and every
+        hook of every event without either (or with `event="*"`). The `callbacks` the
+        instance was built with stay. Returns the instance."""
         self.events.off(event, fn)
+        return self
 
     # -- running ------------------------------------------------------------------------
     async def aprocess(
@@ -435,6 +440,47 @@ class ArtInstance:
     def get_state(self, thread_id: str) -> ThreadState:
         """Sync `aget_state`."""
         return self._sync(self.aget_state(thread_id))
+
+    async def aload_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage | Mapping[str, Any]]
+    ) -> None:
+        """Make `messages` the thread's conversation history: the earlier turns its next
+        runs plan and answer with (seed 004's `loadHistory`). Each is a
+        `ConversationMessage` or a dict with `role` and `content`. Raises ThreadBusyError
+        while a run holds the thread, ConfigurationError for a malformed message."""
+        self._check_open()
+        loaded = [_history_message(thread_id, n, m) for n, m in enumerate(messages, start=1)]
+        await self._prepare()
+        async with self.storage.lease(thread_id):
+            await self.storage.replace_history(thread_id, loaded)
+
+    def load_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage | Mapping[str, Any]]
+    ) -> None:
+        """Sync `aload_history`."""
+        self._sync(self.aload_history(thread_id, messages))
+
+    async def aclear_history(self, thread_id: str) -> None:
+        """Forget the thread's conversation history (its runs and events stay): the next
+        run plans as in a new conversation. Raises ThreadBusyError while a run holds it."""
+        await self.aload_history(thread_id, [])
+
+    def clear_history(self, thread_id: str) -> None:
+        """Sync `aclear_history`."""
+        self._sync(self.aclear_history(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> bool:
+        """Delete everything stored for the thread: runs, step records, suspensions,
+        history and events. False when nothing was stored for it. Raises ThreadBusyError
+        while a run holds the thread."""
+        self._check_open()
+        await self._prepare()
+        async with self.storage.lease(thread_id):
+            return await self.storage.delete_thread(thread_id)
+
+    def delete_thread(self, thread_id: str) -> bool:
+        """Sync `adelete_thread`."""
+        return bool(self._sync(self.adelete_thread(thread_id)))
 
     async def alist_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
         """Threads, most recently updated first."""
@@ -573,10 +619,12 @@ class ArtInstance:
             self._llm = LLMClient(self.config.llm_params)
         return self._llm
 
-    def _planner(self, llm: LLMClient) -> Any:
+    def _planner(self, llm: LLMClient, tools: ToolRegistry | None = None) -> Any:
         from art.planning import Planner
 
-        return Planner(llm, self.registry, persona=self.config.persona, model=self.planning_model)
+        return Planner(
+            llm, tools or self.registry, persona=self.config.persona, model=self.planning_model
+        )
 
     def _config_for(self, opts: ProcessOptions) -> ExecutionConfig:
         try:
@@ -616,15 +664,10 @@ class ArtInstance:
         started: float,
         sinks: Sequence[Callable[[Event], None]],
     ) -> AgentFinalResponse:
-        record = await self.storage.get_active_run(thread_id)
-        continued = False
-        if record is not None and record.query == query:
-            continued = True  # an idempotent retry: continue where the run stopped
-        elif record is not None:
-            log.info("run abandoned", thread_id=thread_id, run_id=record.run_id)
-            record.status = "abandoned"
-            await self.storage.update_run(record)
-            record = None
+        active = await self.storage.get_active_run(thread_id)
+        # The same query again is an idempotent retry: continue where the run stopped.
+        continued = active is not None and active.query == query
+        record = active if continued and active is not None else None
         if record is None:
             record = RunRecord(
                 run_id=uuid.uuid4().hex,
@@ -634,9 +677,18 @@ class ArtInstance:
                 user_id=opts.user_id,
                 session_id=opts.session_id,
             )
+        try:
+            setup = await self._set_up(record, opts, continued=continued)
+        except HookVeto as veto:
+            return await self._refused(thread_id, _call_error(veto), started, sinks=sinks)
+        if active is not None and not continued:
+            log.info("run abandoned", thread_id=thread_id, run_id=active.run_id)
+            active.status = "abandoned"
+            await self.storage.update_run(active)
+        if not continued:
             await self.storage.create_run(record)
-        session = _Session(self, record, config, opts, sinks, started)
-        return await session.drive({"continued": continued})
+        session = _Session(self, record, config, opts, sinks, started, setup)
+        return await session.drive({"continued": continued, "tools": setup.registry.names()})
 
     async def _resume_locked(
         self,
@@ -668,19 +720,47 @@ class ArtInstance:
                 f"no longer suspended (status {status})",
                 code=RunErrorCode.SUSPENSION_NOT_FOUND,
             )
+        try:
+            setup = await self._set_up(record, opts, continued=True)
+        except HookVeto as veto:
+            return await self._refused(thread_id, _call_error(veto), started, sinks=())
         # Atomic: of two concurrent decisions (other processes included) one succeeds.
         decided = await self.storage.decide_suspension(
             thread_id, suspension_id, decision.model_dump(mode="json")
         )
-        session = _Session(self, record, config, opts, (), started)
+        session = _Session(self, record, config, opts, (), started, setup)
         return await session.drive(
             {
                 "continued": True,
+                "tools": setup.registry.names(),
                 "suspension_id": suspension_id,
                 "decision": decided.decision,
             },
             resumed=decided,
         )
+
+    async def _set_up(
+        self,
+        record: RunRecord,
+        opts: ProcessOptions,
+        *,
+        continued: bool,
+    ) -> RunSetup:
+        """The run's tools, system context and metadata, after the `run:before` hooks;
+        stored on `record` for a continued run or a resume to find."""
+        from art.run_setup import set_up_run
+
+        setup = await set_up_run(
+            self.registry,
+            record,
+            opts,
+            self.events,
+            continued=continued,
+            span=SpanContext.root(record.trace_id),
+        )
+        record.system_context = setup.system_context
+        record.metadata = setup.metadata
+        return setup
 
     async def _busy(
         self,
@@ -690,16 +770,28 @@ class ArtInstance:
         *,
         sinks: Sequence[Callable[[Event], None]],
     ) -> AgentFinalResponse:
-        span = SpanContext.root()
         error = RunError(
             code=RunErrorCode.THREAD_BUSY, message=busy.message, retry_after_s=busy.retry_after_s
         )
+        return await self._refused(thread_id, error, started, sinks=sinks, source="lease")
+
+    async def _refused(
+        self,
+        thread_id: str,
+        error: RunError,
+        started: float,
+        *,
+        sinks: Sequence[Callable[[Event], None]],
+        source: str = "run",
+    ) -> AgentFinalResponse:
+        """The response of a run that never started (a busy thread, a vetoed run)."""
+        span = SpanContext.root()
         events = RunEvents(self.events, sinks=sinks)
         if events.wants("error"):
             await events.emit(
                 "error",
                 {
-                    "source": "lease",
+                    "source": source,
                     "code": error.code,
                     "message": error.message,
                     "recoverable": True,
@@ -732,13 +824,20 @@ class _Session:
         opts: ProcessOptions,
         sinks: Sequence[Callable[[Event], None]],
         started: float,
+        setup: RunSetup,
     ) -> None:
-
         self.inst = inst
         self.storage = inst.storage
         self.record = record
         self.started = started
-        self.events = RunEvents(inst.events, sinks=sinks, logged=LOGGED_EVENTS, keep=_logged)
+        self.setup = setup
+        self.events = RunEvents(
+            inst.events,
+            sinks=sinks,
+            logged=LOGGED_EVENTS,
+            keep=_logged,
+            scope=_scope(record, setup.metadata, opts.session_id),
+        )
         self.llm = inst._llm_client(opts.llm_params)
         stats = RunStats(
             llm_calls=record.llm_calls,
@@ -749,11 +848,15 @@ class _Session:
         self.run = RunContext(
             thread_id=record.thread_id,
             run_id=record.run_id,
-            span=SpanContext.root(record.trace_id),
+            span=setup.span,
             config=config,
             events=self.events,  # type: ignore[arg-type]  # RunEvents has the bus's emit
             user_id=record.user_id or opts.user_id,
             session_id=record.session_id or opts.session_id,
+            message_id=record.message_id,
+            agent=inst.config.persona.name,
+            metadata=setup.metadata,
+            system_context=setup.system_context,
             stats=stats,
         )
         self.executor: Executor | None = None
@@ -834,8 +937,9 @@ class _Session:
                 pending = [by_step[sid] for sid in remaining if sid in by_step]
                 return await self._suspended([s for s in pending if s.pending])
 
+        tools = self.setup.registry
         if record.plan is None:
-            planner = inst._planner(self.llm)
+            planner = inst._planner(self.llm, tools)
             try:
                 plan = await planner.plan(run, record.query, history)
             except PlanError as exc:
@@ -865,10 +969,10 @@ class _Session:
         self.executor = Executor(
             run,
             record.plan,
-            inst.registry,
+            tools,
             llm=self.llm,
             model=inst.model,
-            planner=inst._planner(self.llm),
+            planner=inst._planner(self.llm, tools),
             query=record.query,
             history=history,
             records=record.steps,
@@ -897,8 +1001,9 @@ class _Session:
             records=list(outcome.records.values()),
             plan=outcome.plan,
             history=history,
-            display_tools=inst._display_tools,
+            display_tools=self.setup.display_tools,
             persona=inst.config.persona.synthesis,
+            system_context=run.system_context,
             max_length=run.config.tool_result_max_length,
         )
         try:
@@ -977,13 +1082,14 @@ class _Session:
 
         run, record = self.run, self.record
         steps = list(record.steps.values())
-        display_tools = self.inst._display_tools
+        display_tools = self.setup.display_tools
         display = [
             DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
             for r in steps
             if r.status == "completed" and r.tool in display_tools
         ]
         message = ConversationMessage(
+            message_id=record.message_id,
             thread_id=run.thread_id,
             role="assistant",
             content=content,
@@ -1099,15 +1205,54 @@ def _resolve_model(config: ArtInstanceConfig) -> str:
     raise ConfigurationError(no_model_message())
 
 
+def _history_message(
+    thread_id: str, number: int, message: ConversationMessage | Mapping[str, Any]
+) -> ConversationMessage:
+    """A message for the thread's history, given as a model or as a dict."""
+    try:
+        if isinstance(message, ConversationMessage):
+            return message.model_copy(update={"thread_id": thread_id})
+        return ConversationMessage.model_validate({**message, "thread_id": thread_id})
+    except (ValidationError, TypeError) as exc:
+        raise ConfigurationError(
+            f"history message {number} is not a message with a role (user, assistant, "
+            f"system or tool) and content: {exc}"
+        ) from None
+
+
+# Seed 004's run options that art takes elsewhere, and where.
+_MOVED_OPTIONS = {
+    "stream": "stream the run with inst.stream(query, thread_id, options) instead",
+    "temperature": 'pass it in "llm_params"',
+    "max_tokens": 'pass it in "llm_params"',
+    "maxTokens": 'pass it in "llm_params"',
+    "conversation_id": "the thread_id argument names the conversation",
+    "conversationId": "the thread_id argument names the conversation",
+}
+
+
 def _options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
     if options is None:
         return ProcessOptions()
     if isinstance(options, ProcessOptions):
         return options
+    options = dict(options)
+    for name, fix in _MOVED_OPTIONS.items():
+        if name in options:
+            raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
     try:
-        return ProcessOptions.model_validate(dict(options))
+        return ProcessOptions.model_validate(options)
     except ValidationError as exc:
         raise ConfigurationError(f"invalid process options: {exc}") from None
+
+
+def _scope(record: RunRecord, metadata: dict[str, Any], session_id: str | None = None) -> RunScope:
+    """The run's fields of its events' `EventContext`."""
+    return RunScope(
+        session_id=record.session_id or session_id,
+        message_id=record.message_id,
+        metadata=metadata,
+    )
 
 
 def _call_error(exc: ModelError | HookVeto) -> RunError:

@@ -26,7 +26,9 @@ from pydantic_core import from_json
 from art._log import get_logger
 from art.config import Persona
 from art.errors import PlanError
+from art.output_schemas import output_sketch, step_output_schema
 from art.plans import Plan, validate_plan
+from art.serialization import context_text
 
 if TYPE_CHECKING:
     from art.context import RunContext
@@ -244,7 +246,8 @@ _MODE_NOTES = {
 
 
 def render_tools(registry: Any, *, compact: bool = False) -> str:
-    """One entry per tool: name, description, parameters as compact JSON.
+    """One entry per tool: name, description, parameters as compact JSON, and what a
+    step of the tool outputs when that is known (see `art.output_schemas`).
 
     `compact` keeps only each description's first sentence and drops parameter
     descriptions, for models with a small context window.
@@ -268,6 +271,9 @@ def render_tools(registry: Any, *, compact: bool = False) -> str:
         if extra:
             line += f"; schema: {_compact_json(extra)}"
         lines.append(line)
+        returns = step_output_schema(schema)
+        if returns:
+            lines.append(f"  returns: {_compact_json(output_sketch(returns))}")
         plain = [example for example in schema.examples if not example.description]
         for example in plain[: 1 if compact else _EXAMPLES_SHOWN]:
             shown = f"  example: args {_compact_json(example.input)}"
@@ -289,7 +295,11 @@ def _history_text(history: Sequence[ConversationMessage]) -> str:
 
 
 def _system_prompt(
-    registry: Any, persona: Persona | None, now: datetime | None, compact: bool = False
+    registry: Any,
+    persona: Persona | None,
+    now: datetime | None,
+    compact: bool = False,
+    context: Mapping[str, Any] | None = None,
 ) -> str:
     persona = persona or Persona()
     today = (now or datetime.now(UTC)).strftime("%Y-%m-%d")
@@ -301,6 +311,8 @@ def _system_prompt(
     ]
     if persona.planning.strip():
         parts.append("Guidance:\n" + persona.planning.strip())
+    if context:
+        parts.append(context_text(context))
     parts.append(f"Today is {today}.")
     return "\n\n".join(parts)
 
@@ -374,11 +386,13 @@ def render_planning_messages(
     *,
     now: datetime | None = None,
     compact: bool = False,
+    context: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages of the planning call: instructions and tools, the demonstrations
     (see `render_demonstrations`), then the request.
 
-    `compact` shortens the tool descriptions (see `render_tools`).
+    `compact` shortens the tool descriptions (see `render_tools`); `context` is the
+    run's system context.
     """
     user_parts = []
     earlier = _history_text(history)
@@ -388,7 +402,7 @@ def render_planning_messages(
         )
     user_parts.append(f"Request: {query}")
     return [
-        {"role": "system", "content": _system_prompt(registry, persona, now, compact)},
+        {"role": "system", "content": _system_prompt(registry, persona, now, compact, context)},
         *render_demonstrations(registry, query),
         {"role": "user", "content": "\n\n".join(user_parts)},
     ]
@@ -418,6 +432,7 @@ def render_replan_messages(
     max_output_length: int = 60_000,
     now: datetime | None = None,
     compact: bool = False,
+    context: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages of the replanning call: the request, what finished, what failed."""
     steps = {step.id: step for step in previous.steps}
@@ -463,7 +478,7 @@ def render_replan_messages(
         "Do not repeat a failed step unchanged: fix its arguments or use another way."
     )
     return [
-        {"role": "system", "content": _system_prompt(registry, persona, now, compact)},
+        {"role": "system", "content": _system_prompt(registry, persona, now, compact, context)},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
 
@@ -727,7 +742,12 @@ class Planner:
 
         def render(compact: bool) -> list[dict[str, Any]]:
             return render_planning_messages(
-                query, self.registry, history, self.persona, compact=compact
+                query,
+                self.registry,
+                history,
+                self.persona,
+                compact=compact,
+                context=run.system_context,
             )
 
         return await self._plan_and_repair(run, "planning", self._fit(render), frozenset())
@@ -757,6 +777,7 @@ class Planner:
                 records,
                 max_output_length=run.config.tool_result_max_length,
                 compact=compact,
+                context=run.system_context,
             )
 
         return await self._plan_and_repair(run, "replan", self._fit(render), completed)

@@ -298,8 +298,10 @@ def validate_plan(
     """Every problem that stops `plan` from running; empty when it is valid.
 
     Checks unknown tools, duplicate ids, dependencies on missing steps or on the step
-    itself, cycles, references to unknown steps, and arguments that break the tool's
-    `input_schema` (arguments built from references are checked when the step runs).
+    itself, cycles, references to unknown steps, references into a step's output that
+    the tool's `output_schema` says it cannot have (`art.output_schemas`), and arguments
+    that break the tool's `input_schema` (arguments built from references are checked
+    when the step runs).
     `completed` holds ids of steps that finished in an earlier plan (replanning): they
     may be depended on and referenced, but not defined again.
     """
@@ -378,6 +380,44 @@ def validate_plan(
 
     if not in_order:
         problems.extend(_cycle_problems(plan))
+    problems.extend(_output_reference_problems(plan, registry))
+    return problems
+
+
+def _output_reference_problems(plan: Plan, registry: Any) -> list[str]:
+    """References into the output of a step whose tool declares what it outputs
+    (`art.output_schemas`), to a field or index that output cannot have."""
+    from art.output_schemas import step_output_schema
+
+    get = getattr(registry, "get", None)
+    if not callable(get):
+        return []
+    described: dict[str, tuple[str, Any]] = {}  # step id -> (tool name, output schema)
+    for step in plan.steps:
+        tool = get(step.tool) if step.tool is not None else None
+        if tool is None:
+            continue
+        schema = step_output_schema(tool.schema)
+        if schema:
+            described.setdefault(step.id, (tool.schema.name, schema))
+    if not described:
+        return []
+    from art.output_schemas import output_path_problem
+    from art.references import reference_paths
+
+    problems = []
+    for step in plan.steps:
+        if described.keys().isdisjoint(step._reference_index()[1]):
+            continue
+        for step_id, path, reference in dict.fromkeys(reference_paths(step.args)):
+            if step_id not in described or not path:
+                continue
+            tool_name, schema = described[step_id]
+            problem = output_path_problem(schema, path)
+            if problem is not None:
+                problems.append(
+                    f"step {step.id!r} references {reference}, but {tool_name}'s {problem}"
+                )
     return problems
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "find_references",
     "has_references",
     "iter_references",
+    "reference_paths",
     "references_by_argument",
     "resolve_references",
 ]
@@ -134,6 +135,22 @@ def iter_references(value: Any) -> Iterator[str]:
 def find_references(value: Any) -> set[str]:
     """The ids of every step referenced anywhere in `value` (nested args included)."""
     return set(iter_references(value))
+
+
+def reference_paths(value: Any) -> list[tuple[str, tuple[str, ...], str]]:
+    """Every reference anywhere in `value` as (step id, path, the reference's text)."""
+    found: list[tuple[str, tuple[str, ...], str]] = []
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _MARKER in item:
+                found.extend(_parts(match) for match in REFERENCE_PATTERN.finditer(item))
+        elif isinstance(item, Mapping):
+            pending.extend(reversed(list(item.values())))
+        elif isinstance(item, list | tuple):
+            pending.extend(reversed(item))
+    return found
 
 
 def has_references(value: Any) -> bool:

@@ -28,6 +28,7 @@ from art.serialization import truncate
 from art.tooling import IToolExecutor, ToolSchema
 
 __all__ = [
+    "ALL_TOOLS",
     "TOOL_NAME_PATTERN",
     "FastCheck",
     "ToolEntry",
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+#: In a run's list of tools (`ToolRegistry.selected`): every registered tool.
+ALL_TOOLS = "*"
 # One violation line stays readable even when the offending value is huge.
 _MAX_ERROR_LINE = 500
 
@@ -158,6 +161,45 @@ class ToolRegistry:
             is_async=is_async_tool(executor),
         )
         return executor
+
+    def selected(self, spec: Iterable[Any]) -> ToolRegistry:
+        """A registry of the tools `spec` lists, for one run: a registered tool's name,
+        `"*"` for every registered tool, or a tool (an IToolExecutor or a function) to
+        add. Registered tools keep their compiled checks. Raises ConfigurationError for
+        an unknown name, ToolRegistrationError for a tool that cannot be registered."""
+        chosen = ToolRegistry()
+        entries = chosen._entries
+        for item in spec:
+            if isinstance(item, str):
+                if item == ALL_TOOLS:
+                    for name, entry in self._entries.items():
+                        entries.setdefault(name, entry)
+                elif item in self._entries:
+                    entries.setdefault(item, self._entries[item])
+                else:
+                    from art.errors import ConfigurationError
+
+                    names = ", ".join(self._entries) or "none"
+                    raise ConfigurationError(
+                        f"unknown tool {item!r} in the run's tools (registered tools: "
+                        f"{names}; '*' stands for all of them, and a tool object adds one)"
+                    )
+            else:
+                name = getattr(getattr(item, "schema", None), "name", "")
+                known = self._entries.get(name) if isinstance(name, str) else None
+                if known is not None and known.tool is item:  # registered: keep its checks
+                    entries.setdefault(name, known)
+                else:
+                    chosen.register(item)
+        return chosen
+
+    def combined(self, other: ToolRegistry) -> ToolRegistry:
+        """A registry of this one's tools and then `other`'s whose names are not taken."""
+        both = ToolRegistry()
+        both._entries = dict(self._entries)
+        for name, entry in other._entries.items():
+            both._entries.setdefault(name, entry)
+        return both
 
     def get(self, name: str) -> IToolExecutor | None:
         entry = self._entries.get(name)

@@ -19,7 +19,13 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-__all__ = ["DEFAULT_MAX_LENGTH", "safe_stringify", "to_jsonable", "truncate"]
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "context_text",
+    "safe_stringify",
+    "to_jsonable",
+    "truncate",
+]
 
 DEFAULT_MAX_LENGTH = 10_000
 # Deeper structures are cut (a plain recursive walk would hit Python's recursion limit).
@@ -78,6 +84,21 @@ def safe_stringify(value: Any, max_length: int = DEFAULT_MAX_LENGTH) -> str:
     except Exception:  # a pathological object; the walk above already guards the usual ones
         text = _safe_repr(value)
     return truncate(text, max_length)
+
+
+# One system context value is cut to this many characters in a prompt.
+_CONTEXT_VALUE_CHARS = 2_000
+
+
+def context_text(system_context: Mapping[str, Any]) -> str:
+    """A run's system context as a prompt section ("" when empty): a line per variable."""
+    if not system_context:
+        return ""
+    lines = ["Context from the application:"]
+    for name, value in system_context.items():
+        shown = value if isinstance(value, str) else safe_stringify(value, _CONTEXT_VALUE_CHARS)
+        lines.append(f"- {name}: {truncate(shown, _CONTEXT_VALUE_CHARS)}")
+    return "\n".join(lines)
 
 
 def to_jsonable(value: Any) -> Any:

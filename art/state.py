@@ -7,6 +7,7 @@ Adapters live in `art.adapters` (memory, sqlite, postgres) and are chosen by URL
 
 from __future__ import annotations
 
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -34,6 +35,10 @@ class RunRecord(ArtModel):
     status: RunState = "running"
     user_id: str | None = None
     session_id: str | None = None
+    # The id of the answer's message (`resp.response.message_id`), known from the start.
+    message_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    system_context: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
     plan: Plan | None = None
     replans: int = 0
     steps: dict[str, StepRecord] = Field(default_factory=dict)
@@ -163,6 +168,18 @@ class StorageAdapter(ABC):
     @abstractmethod
     async def get_history(self, thread_id: str, *, limit: int = 20) -> list[ConversationMessage]:
         """The thread's last `limit` messages, oldest first."""
+
+    async def replace_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage]
+    ) -> None:
+        """Make `messages` the thread's whole history (none: an empty one), in one write.
+        The thread's runs, suspensions and events stay."""
+        raise NotImplementedError(f"{type(self).__name__} cannot replace a thread's history")
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete everything stored for the thread (runs, step records, suspensions,
+        history, events), in one write; False when nothing was stored for it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete a thread")
 
     # -- events -------------------------------------------------------------------
     @abstractmethod

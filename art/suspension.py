@@ -7,7 +7,8 @@ such step (each with its own id) and the run stops with `status == "suspended"`.
 then applies it to the step without running the tool again:
 
 - approved: the step completes; its output is the decision
-  (`{"approved": True, "reason": ..., "modified_args": ...}`);
+  (`{"approved": True, "reason": ..., "modified_args": ...}`, `reason` and
+  `modified_args` null when not given);
 - rejected: the step fails with the reason; its dependents are skipped, and the
   synthesis prompt says the reviewer rejected it.
 
@@ -97,10 +98,10 @@ def apply_decision(record: StepRecord, suspension: Suspension) -> StepRecord:
         )
     decision = Decision.model_validate(suspension.decision)
     base = {"suspension_id": suspension.suspension_id}
+    # Every field of the decision, `modified_args` null when not given: a plan may refer
+    # to {{sN.output.modified_args}} whatever the reviewer answered.
+    output: dict[str, Any] = decision.model_dump(mode="json")
     if decision.approved:
-        output: dict[str, Any] = {"approved": True, "reason": decision.reason}
-        if decision.modified_args is not None:
-            output["modified_args"] = decision.modified_args
         record.status = "completed"
         record.reason = None
         record.result = ToolResult(
@@ -118,7 +119,7 @@ def apply_decision(record: StepRecord, suspension: Suspension) -> StepRecord:
             call_id=suspension.call_id,
             tool_name=suspension.tool_name,
             status="error",
-            output={"approved": False, "reason": decision.reason},
+            output=output,
             error=record.reason,
             metadata={
                 **base,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from art.responses import ConversationMessage, Source, StepRecord
-from art.serialization import safe_stringify
+from art.serialization import context_text, safe_stringify
 
 if TYPE_CHECKING:
     from art.context import RunContext
@@ -55,6 +55,8 @@ class SynthesisInput:
     history: Sequence[ConversationMessage] = ()
     display_tools: frozenset[str] = frozenset()
     persona: str = ""
+    # The run's system context: variables every LLM call of the run sees.
+    system_context: Mapping[str, Any] = field(default_factory=dict)
     max_length: int = 60_000
     # Per-step output limits below `max_length`, set while fitting into the context window.
     limits: dict[str, int] = field(default_factory=dict)
@@ -65,6 +67,8 @@ def synthesis_messages(data: SynthesisInput) -> list[dict[str, Any]]:
     system = SYNTHESIS_SYSTEM_PROMPT
     if data.persona:
         system = f"{system}\n\n{data.persona}"
+    if data.system_context:
+        system = f"{system}\n\n{context_text(data.system_context)}"
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for message in data.history:
         if message.role in ("user", "assistant") and message.content:

@@ -144,7 +144,12 @@ class CancellationToken:
 
 
 class ExecutionContext(ArtModel):
-    """What a tool knows about the call it serves."""
+    """What a tool knows about the call it serves.
+
+    `message_id` is the id of the answer the run writes (`resp.response.message_id`),
+    `agent` the persona's name, `extra` the run's `metadata` option (the application's
+    data for its tools; treat it as read-only).
+    """
 
     thread_id: str
     trace_id: str
@@ -152,6 +157,9 @@ class ExecutionContext(ArtModel):
     step_id: str | None = None
     user_id: str | None = None
     session_id: str | None = None
+    message_id: str | None = None
+    agent: str = "art"
+    extra: dict[str, Any] = Field(default_factory=dict)
     attempt: int = 1
     span: SpanContext | None = None
 

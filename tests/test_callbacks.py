@@ -189,3 +189,123 @@ async def test_run_errors_reach_on_error(scripted_model):
     errors = [c for c in recorder.calls if c[0] == "error"]
     assert errors[-1][2]["code"] == "PLAN_INVALID"
     assert kinds(recorder)[-1] == "agent_end"
+
+
+class Ui:
+    """Only the UI callbacks of seed 000, every one an `async def`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.answer = ""
+
+    async def on_spinner_start(self, message):
+        await asyncio.sleep(0)
+        self.calls.append(("spinner_start", message))
+
+    async def on_spinner_stop(self):
+        await asyncio.sleep(0)
+        self.calls.append(("spinner_stop",))
+
+    async def on_answer_stream(self, stream):
+        self.calls.append(("answer_stream",))
+        async for chunk in stream:  # reads the whole answer while the run goes on
+            self.answer += chunk
+        self.calls.append(("answer_read",))
+
+
+async def test_an_object_with_only_async_ui_callbacks_gets_spinner_and_answer_stream(
+    scripted_model,
+):
+    model = scripted_model(planning=PLAN, synthesis="They met at noon.")
+    ui = Ui()
+    async with art.create_art_instance(
+        model=model.model, tools=[Meet()], storage="memory://", callbacks=ui
+    ) as inst:
+        response = await inst.aprocess("let them meet", "t")
+    assert response.status == "success"
+    assert ui.answer == "They met at noon." == response.content
+    assert ui.calls == [
+        ("spinner_start", "Planning"),
+        ("spinner_start", "Running 2 steps"),
+        ("spinner_start", "Writing the answer"),
+        ("answer_stream",),
+        ("spinner_stop",),  # the first chunk of the answer
+        ("answer_read",),  # awaited before the run ends
+    ]
+
+
+async def test_the_spinner_stops_once_when_a_run_ends_without_an_answer(scripted_model):
+    model = scripted_model(planning={"steps": [{"id": "s1", "tool": "nope"}]})
+    ui = Ui()
+    async with art.create_art_instance(
+        model=model.model,
+        storage="memory://",
+        callbacks=ui,
+        execution_config={"max_plan_attempts": 1},
+    ) as inst:
+        response = await inst.aprocess("hello", "t")
+    assert response.status == "error"
+    assert ui.calls == [("spinner_start", "Planning"), ("spinner_stop",)]
+    assert ui.answer == ""
+
+
+async def test_async_lifecycle_callbacks_are_awaited_in_order(scripted_model):
+    seen: list[str] = []
+
+    class Slow:
+        async def on_agent_start(self, ctx, query):
+            await asyncio.sleep(0.01)
+            seen.append("start")
+
+        async def on_tool_end(self, ctx, tool_name, result):
+            await asyncio.sleep(0.01)
+            seen.append(f"tool {result.output}")
+
+        async def on_agent_end(self, ctx, answer):
+            await asyncio.sleep(0.01)
+            seen.append(f"end {answer}")
+
+    model = scripted_model(planning=PLAN, synthesis="done")
+    async with art.create_art_instance(
+        model=model.model, tools=[Meet()], storage="memory://", callbacks=Slow()
+    ) as inst:
+        await inst.aprocess("go", "t")
+    assert seen[0] == "start" and seen[-1] == "end done"
+    assert sorted(seen[1:3]) == ["tool a", "tool b"]
+
+
+async def test_on_trace_sees_every_event_and_on_debug_the_quiet_ones_left_out(scripted_model):
+    traced: list[str] = []
+    debugged: list[str] = []
+
+    class Logs:
+        def on_trace(self, message, data=None):
+            traced.append(message)
+
+        def on_debug(self, message, data=None):
+            debugged.append(message)
+
+    model = scripted_model(planning=PLAN, synthesis="ok")
+    async with art.create_art_instance(
+        model=model.model, tools=[Meet()], storage="memory://", callbacks=Logs()
+    ) as inst:
+        events: list = []
+        inst.events.subscribe(events.append)
+        await inst.aprocess("go", "t")
+    # on_trace also gets run:before, which only hooks see, ahead of the stream's events.
+    assert traced == ["run:before", *(e.name for e in events)]
+    assert {"chunk:before", "chunk:after", "buffer:flush", "tool:update"} <= set(traced)
+    assert not {"chunk:before", "buffer:flush", "tool:update"} & set(debugged)
+    assert {"plan:created", "step:status"} <= set(debugged)
+
+
+async def test_callbacks_stay_when_every_hook_is_removed(scripted_model):
+    recorder = Recorder()
+    model = scripted_model(planning={"steps": []}, synthesis="hi")
+    async with art.create_art_instance(
+        model=model.model, storage="memory://", callbacks=recorder
+    ) as inst:
+        inst.on("*", lambda data, ctx: None).off()
+        await inst.aprocess("hello", "t")
+    assert kinds(recorder) == ["agent_start", "llm_start", "llm_end", "llm_start", "llm_end",
+                               "agent_end"]  # fmt: skip

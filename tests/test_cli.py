@@ -117,6 +117,33 @@ def test_run_json_is_one_document_with_the_response(invoke, scripted_model):
     assert [s["result"]["output"] for s in document["steps"]] == [391, 551, 942]
 
 
+def test_run_takes_the_runs_tools_system_context_and_metadata(invoke, scripted_model, db):
+    model = scripted_model(planning=PRODUCTS_PLAN, synthesis="942")
+    common = ("--model", model.model, "--storage", db, "--json")
+    result = invoke(
+        "run", "sum?", *common, "--thread", "o1", "--only", "calculator",
+        "--context", "locale=de-CH", "--context", 'limits={"max": 3}',
+        "--metadata", "tenant=acme", "--metadata", "priority=2",
+    )  # fmt: skip
+    assert result.exit_code == EXIT_OK, result.output
+    planning = model.calls_for("planning")[0].messages[0]["content"]
+    assert next(line for line in planning.splitlines() if line.startswith("- ")).startswith(
+        "- calculator:"
+    )
+    assert "- ask_human:" not in planning  # a built-in tool this run was not given
+    assert '- locale: de-CH\n- limits: {"max": 3}' in planning
+
+    async def stored() -> dict:
+        async with art.create_art_instance(model=model.model, storage=db) as inst:
+            return (await inst.aget_state("o1")).runs[0].metadata
+
+    assert asyncio.run(stored()) == {"tenant": "acme", "priority": 2}
+    bad = invoke("run", "sum?", *common, "--only", "nope")
+    assert bad.exit_code == EXIT_USAGE and "unknown tool 'nope'" in bad.output
+    bad = invoke("run", "sum?", *common, "--metadata", "no-equals-sign")
+    assert bad.exit_code == EXIT_USAGE and "KEY=VALUE" in bad.output
+
+
 def test_run_failed_step_is_shown_and_the_run_is_partial(invoke, scripted_model):
     plan = {
         "title": "One bad step",

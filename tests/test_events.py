@@ -245,7 +245,11 @@ async def test_a_run_sees_hooks_and_subscribers_added_or_removed_while_it_runs()
     assert run.wants("step:status") and not run.listened("step:status")
 
     seen: list[str] = []
-    hook = bus.on("tool:after", lambda data, ctx: seen.append(ctx.name))
+
+    def hook(data, ctx):
+        seen.append(ctx.name)
+
+    bus.on("tool:after", hook)
     assert run.wants("tool:after") and run.listened("tool:after")
     bus.off("tool:after", hook)
     assert not run.wants("tool:after")

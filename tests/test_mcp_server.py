@@ -85,7 +85,7 @@ async def exercise(client: Client) -> None:
     )
     assert decided.structured_content["status"] == "success"
     assert [s["output"] for s in decided.structured_content["steps"]] == [
-        {"approved": True, "reason": "fine"},
+        {"approved": True, "reason": "fine", "modified_args": None},
         42,
     ]
     again = await client.call_tool(

@@ -223,7 +223,7 @@ async def test_a_run_suspended_by_one_instance_is_resumed_by_another(scripted_mo
     response = await second.aresume_execution("t", info.suspension_id, {"approved": True})
     assert response.status == "success"
     assert approval.calls == 0  # the blocking tool is not run again
-    assert echo.seen == [{"approved": True, "reason": None}]
+    assert echo.seen == [{"approved": True, "reason": None, "modified_args": None}]
     await second.aclose()
 
 
@@ -255,3 +255,27 @@ def test_the_sync_api_suspends_and_resumes(setup):
     assert inst.check_for_suspended_state("t").suspension_id == first.metadata.suspension_id
     response = inst.resume_execution("t", first.metadata.suspension_id, {"approved": True})
     assert response.status == "success"
+
+
+async def test_a_decision_always_has_modified_args_so_plans_can_refer_to_it(setup):
+    plan = {
+        "steps": [
+            {"id": "s1", "tool": "approve_payment", "args": {"amount": 120}},
+            {"id": "s2", "tool": "echo", "args": {"value": "{{s1.output.modified_args}}"}},
+            {"id": "s3", "tool": "echo", "args": {"value": "{{s1.output.reason}}"}},
+        ]
+    }
+    inst, _model, _approval, echo, _events = setup(plan=plan)
+    suspended = await inst.aprocess("pay", "t")
+    resp = await inst.aresume_execution("t", suspended.metadata.suspension_id, True)
+    assert resp.status == "success"
+    assert resp.steps[0].output == {"approved": True, "reason": None, "modified_args": None}
+    assert echo.seen == [None, None]  # null, not "no such field"
+
+
+async def test_a_rejection_keeps_the_whole_decision_as_the_output(setup):
+    inst, _model, _approval, _echo, _events = setup()
+    suspended = await inst.aprocess("pay", "t")
+    decision = {"approved": False, "reason": "too much", "modified_args": {"amount": 90}}
+    resp = await inst.aresume_execution("t", suspended.metadata.suspension_id, decision)
+    assert resp.steps[0].result.output == decision

@@ -45,7 +45,13 @@ class Show(IToolExecutor):
         },
         output_schema={
             "type": "object",
-            "properties": {"kind": {"enum": ["markdown", "table"]}, "title": {"type": "string"}},
+            "properties": {
+                "kind": {"enum": ["markdown", "table"]},
+                "title": {"type": "string"},
+                "markdown": {"type": "string"},
+                "columns": {"type": "array", "items": {"type": "string"}},
+                "rows": {"type": "array", "items": {"type": "array"}},
+            },
         },
         execution_mode="display",
         display_config={"kinds": ["markdown", "table"]},

@@ -497,6 +497,77 @@ async def test_history_keeps_the_last_messages_oldest_first(storage: StorageAdap
     assert await storage.get_history("t-nobody") == []
 
 
+async def test_replace_history_makes_the_messages_the_whole_history(
+    storage: StorageAdapter,
+) -> None:
+    for i in range(3):
+        await storage.append_message(
+            ConversationMessage(thread_id="t-load", role="user", content=f"old {i}")
+        )
+    await storage.append_message(
+        ConversationMessage(thread_id="t-load-other", role="user", content="elsewhere")
+    )
+    run = make_run("t-load")
+    await storage.create_run(run)
+    loaded = [
+        ConversationMessage(thread_id="t-load", role="user", content="new question"),
+        ConversationMessage(thread_id="t-load", role="assistant", content="new answer"),
+    ]
+
+    await storage.replace_history("t-load", loaded)
+    assert [m.model_dump() for m in await storage.get_history("t-load")] == [
+        m.model_dump() for m in loaded
+    ]
+    await storage.replace_history("t-load", [])
+    assert await storage.get_history("t-load") == []
+    # Only the history went: the thread's runs and the other thread's history stay.
+    assert [r.run_id for r in await storage.list_runs("t-load")] == [run.run_id]
+    assert [m.content for m in await storage.get_history("t-load-other")] == ["elsewhere"]
+
+
+async def test_delete_thread_removes_everything_of_that_thread_only(
+    storage: StorageAdapter,
+) -> None:
+    for thread_id in ("t-gone", "t-kept"):
+        run = make_run(thread_id, steps={"s1": completed_step("s1", 391)})
+        await storage.create_run(run)
+        await storage.save_step(run.run_id, completed_step("s2", 403))
+        await storage.add_suspension(
+            Suspension(
+                suspension_id=new_id(),
+                thread_id=thread_id,
+                run_id=run.run_id,
+                step_id="s3",
+                tool_name="ask_human",
+                call_id="c3",
+            )
+        )
+        await storage.append_message(
+            ConversationMessage(thread_id=thread_id, role="user", content="hi")
+        )
+        await storage.append_events(
+            [StoredEvent(thread_id=thread_id, run_id=run.run_id, name="session:start")]
+        )
+    gone = (await storage.list_runs("t-gone"))[0]
+
+    assert await storage.delete_thread("t-gone") is True
+
+    assert await storage.list_runs("t-gone") == []
+    assert await storage.get_run(gone.run_id) is None
+    assert await storage.get_active_run("t-gone") is None
+    assert await storage.list_suspensions("t-gone", pending_only=False) == []
+    assert await storage.get_history("t-gone") == []
+    assert await storage.query_events("t-gone") == []
+    assert "t-gone" not in [t.thread_id for t in await storage.list_threads()]
+    kept = (await storage.list_runs("t-kept"))[0]
+    assert set(kept.steps) == {"s1", "s2"}
+    assert len(await storage.list_suspensions("t-kept")) == 1
+    assert len(await storage.get_history("t-kept")) == 1
+    assert len(await storage.query_events("t-kept")) == 1
+    assert await storage.delete_thread("t-gone") is False
+    assert await storage.delete_thread("t-never") is False
+
+
 # -- events -----------------------------------------------------------------------------
 
 

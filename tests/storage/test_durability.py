@@ -261,7 +261,10 @@ def test_a_suspension_is_resumed_by_another_process(forkserver: Any, tmp_path: P
     assert finished["found"] == suspended["suspension_ids"]
     assert finished["status"] == "success", finished
     assert finished["run_id"] == suspended["run_id"]
-    assert finished["steps"]["s2"][:2] == ("completed", {"approved": True, "reason": None})
+    assert finished["steps"]["s2"][:2] == (
+        "completed",
+        {"approved": True, "reason": None, "modified_args": None},
+    )
     assert finished["steps"]["s3"][:2] == ("completed", 2)
     started = [(line.step_id, line.pid) for line in read_log(log) if line.event == "started"]
     assert started == [("s1", first.pid), ("s3", second.pid)]  # s1 was not run again
