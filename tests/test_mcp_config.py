@@ -245,3 +245,15 @@ def test_importing_art_and_the_adapter_does_not_load_the_sdk():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_missing_npm_server_fails_under_ci_and_skips_otherwise(monkeypatch, tmp_path):
+    import mcp_fixtures
+
+    monkeypatch.setattr(mcp_fixtures, "EVERYTHING", tmp_path / "mcp-server-everything")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"install it with: bash \.ci/mcp-servers\.sh"):
+        mcp_fixtures.require_everything()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="is not installed"):
+        mcp_fixtures.require_everything()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from art.cli import Output
     from art.instance import ArtInstance
+    from art.tooling import ToolSchema
 
 __all__ = ["list_tools", "serve_command"]
 
@@ -54,13 +55,15 @@ async def list_tools(out: Output, tools: list[str] | None, mcp_config: Path | No
     """`art tools`: the tools an agent gets from these options, and how its MCP servers are."""
     from art.adapters.mcp.client import MCPClient
     from art.cli import EXIT_ERROR, EXIT_OK, _builtin_tools, load_tools
+    from art.registry import ToolRegistry
 
-    local = load_tools(tools) if tools else _builtin_tools()
+    # Registered as the agent would register them: a tool it would refuse is refused here.
+    local = ToolRegistry(load_tools(tools) if tools else _builtin_tools()).schemas()
     client = MCPClient(mcp_config) if mcp_config is not None else None
     try:
         if client is not None:
             await client.astart(strict=False)
-        rows = [_local_row(tool, "--tools" if tools else "built-in") for tool in local]
+        rows = [_local_row(schema, "--tools" if tools else "built-in") for schema in local]
         rows += [_mcp_row(tool) for tool in (client.tools if client is not None else [])]
         servers = client.status() if client is not None else []
     finally:
@@ -111,11 +114,7 @@ def _load_instance(spec: str) -> ArtInstance:
     return value
 
 
-def _local_row(tool: Any, source: str) -> dict[str, Any]:
-    from art.registry import ToolRegistry
-
-    executor = ToolRegistry._as_executor(tool)
-    schema = executor.schema
+def _local_row(schema: ToolSchema, source: str) -> dict[str, Any]:
     return {
         "name": schema.name,
         "source": source,
