@@ -59,7 +59,7 @@ from art.suspension import (
 )
 
 if TYPE_CHECKING:
-    from art.adapters.mcp import MCPClient
+    from art.adapters.mcp.client import MCPClient
     from art.execution import ExecutionOutcome, Executor
     from art.llm import LLMClient
     from art.plans import Plan
@@ -266,7 +266,7 @@ class ArtInstance:
         self._owns_mcp = False
         self._mcp_lock = threading.Lock()  # runs on two loops may register tools at once
         if self.config.mcp_servers is not None:
-            from art.adapters.mcp import MCPClient
+            from art.adapters.mcp.client import MCPClient
 
             given = self.config.mcp_servers
             self._mcp = given if isinstance(given, MCPClient) else MCPClient(given)
