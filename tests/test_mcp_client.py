@@ -108,7 +108,8 @@ def test_process_plans_steps_on_mcp_tools_and_gets_their_real_outputs(
         planning=_plan(
             _step("s1", "time__get_current_time", timezone="Asia/Tokyo"),
             _step("s2", "git__git_log", repo_path=str(repo), max_count=1),
-            _step("s3", "everything__echo", message="{{s2.output}}"),
+            # a field of s1's outputSchema (checked by the planner), and s2's text
+            _step("s3", "everything__echo", message="{{s1.output.timezone}}: {{s2.output}}"),
         )
     )
     with _instance(model, servers) as inst:
@@ -119,7 +120,7 @@ def test_process_plans_steps_on_mcp_tools_and_gets_their_real_outputs(
     assert s1.output["datetime"].endswith("+09:00")  # structured content is the output
     assert s1.result.metadata["content"][0]["type"] == "text"  # the text is kept too
     assert "first commit" in s2.output
-    assert s3.output.startswith("Echo: Commit history:")  # a reference between MCP steps
+    assert s3.output.startswith("Echo: Asia/Tokyo: Commit history:")  # references between MCP steps
     synthesis = model.calls_for("synthesis")[0]
     assert "Asia/Tokyo" in json.dumps(synthesis.messages)
 
