@@ -118,16 +118,36 @@ class Output:
     errors: Console = field(default_factory=lambda: make_console(stderr=True))
 
     def emit_json(self, document: Any) -> None:
+        from art.redaction import known_secrets
+
+        document = known_secrets().mask(document)
         # Plain stdout: rich would wrap long lines and could add colour codes.
         sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
         sys.stdout.flush()
 
 
 def make_console(*, stderr: bool = False) -> Console:
-    """The console commands render to (tests replace it with a recording console)."""
+    """The console commands render to (tests replace it with a recording console); the
+    keys art knows (the environment's) are masked in whatever it writes."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=_Masked(stream), highlight=False, soft_wrap=False)
+
+
+class _Masked:
+    """A text stream that masks the keys art knows in what is written through it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from art.redaction import known_secrets
+
+        return self._stream.write(known_secrets().text(text))  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno...
+        return getattr(self._stream, name)
 
 
 @app.callback()

@@ -368,7 +368,8 @@ class ArtInstance:
             config=self.config.execution_config,
             events=RunEvents(self.events),  # type: ignore[arg-type]
         )
-        return await self._planner(self._llm_client(None)).plan(run, query, history)
+        with self._secrets_in_use(ProcessOptions()):
+            return await self._planner(self._llm_client(None)).plan(run, query, history)
 
     def plan(self, query: str, thread_id: str | None = None) -> Plan:
         """Sync `aplan`."""
@@ -389,13 +390,14 @@ class ArtInstance:
         config = self._config_for(opts)
         await self._prepare()
         started = time.perf_counter()
-        try:
-            async with self.storage.lease(thread_id):
-                return await self._resume_locked(
-                    thread_id, suspension_id, parsed, opts, config, started
-                )
-        except ThreadBusyError as busy:
-            return await self._busy(thread_id, busy, started, sinks=())
+        with self._secrets_in_use(opts):
+            try:
+                async with self.storage.lease(thread_id):
+                    return await self._resume_locked(
+                        thread_id, suspension_id, parsed, opts, config, started
+                    )
+            except ThreadBusyError as busy:
+                return await self._busy(thread_id, busy, started, sinks=())
 
     def resume_execution(
         self,
@@ -619,6 +621,15 @@ class ArtInstance:
             self._llm = LLMClient(self.config.llm_params)
         return self._llm
 
+    def _secrets_in_use(self, opts: ProcessOptions) -> contextlib.AbstractContextManager[Any]:
+        """Make the keys of this call's llm_params known to everything that writes for it
+        (logs, storage), with the environment's (see art.redaction)."""
+        from art.redaction import secrets_from_params, secrets_in_use
+
+        return secrets_in_use(
+            secrets_from_params({**self.config.llm_params, **(opts.llm_params or {})})
+        )
+
     def _planner(self, llm: LLMClient, tools: ToolRegistry | None = None) -> Any:
         from art.planning import Planner
 
@@ -649,11 +660,14 @@ class ArtInstance:
         opts = _options(options)
         config = self._config_for(opts)
         await self._prepare()
-        try:
-            async with self.storage.lease(thread_id):
-                return await self._process_locked(query, thread_id, opts, config, started, sinks)
-        except ThreadBusyError as busy:
-            return await self._busy(thread_id, busy, started, sinks=sinks)
+        with self._secrets_in_use(opts):
+            try:
+                async with self.storage.lease(thread_id):
+                    return await self._process_locked(
+                        query, thread_id, opts, config, started, sinks
+                    )
+            except ThreadBusyError as busy:
+                return await self._busy(thread_id, busy, started, sinks=sinks)
 
     async def _process_locked(
         self,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode
 from art.events import HookVeto
-from art.redaction import is_secret_key, redact, secrets_from_params
+from art.redaction import environment_secrets, redact, secrets_from_params
 from art.usage import TokenUsage
 
 if TYPE_CHECKING:
@@ -332,15 +332,6 @@ def retry_delay_s(attempt: int, base_s: float, retry_after_s: float | None) -> f
     return min(delay, MAX_RETRY_DELAY_S)
 
 
-def _env_secrets() -> frozenset[str]:
-    """Values of environment variables that hold keys (OPENAI_API_KEY, ...), to mask them."""
-    return frozenset(
-        value
-        for name, value in os.environ.items()
-        if len(value) >= 8 and is_secret_key(name) and name != "LITELLM_LOCAL_MODEL_COST_MAP"
-    )
-
-
 # -- the client ---------------------------------------------------------------------------
 
 
@@ -373,10 +364,15 @@ class LLMClient:
         self.llm_params: dict[str, Any] = {
             key: value for key, value in (llm_params or {}).items() if key not in _RESERVED_PARAMS
         }
-        self._secrets = secrets_from_params(self.llm_params) | _env_secrets()
+        self._secrets = secrets_from_params(self.llm_params) | environment_secrets()
 
     def __repr__(self) -> str:
         return f"LLMClient(llm_params={redact(self.llm_params, self._secrets)!r})"
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """The keys this client knows: its llm_params' and the environment's."""
+        return self._secrets
 
     def redact(self, value: Any) -> Any:
         """`value` with this client's keys and every known secret shape masked."""

@@ -1,20 +1,48 @@
-"""Mask API keys, tokens and passwords before text or data leaves art (events, logs, errors).
+"""Mask API keys, tokens and passwords before text or data leaves art (logs, events, storage).
 
-`redact` masks known secret shapes in free text (`sk-...`, `Bearer ...`, `api_key=...`,
-well-known provider key prefixes), every value stored under a secret-looking key
-(`api_key`, `token`, `client_secret`, `password`, ...), and any extra secret values
-the caller names (typically those found in `llm_params` by `secrets_from_params`).
+Two kinds of masking:
+
+- `redact` (errors, logs, provider replies): known secret shapes in free text (`sk-...`,
+  `Bearer ...`, `api_key=...`, well-known provider key prefixes), every value stored
+  under a secret-looking key (`api_key`, `token`, `client_secret`, `password`, ...), and
+  every secret art knows.
+- `Secrets.mask` (tool data, stored records): only the secrets art knows, exactly,
+  leaving everything else as it is. Cheap when nothing matches, as it almost never does.
+
+The secrets art knows are the values in `llm_params` under secret-looking keys
+(`secrets_from_params`), the values of the environment variables that hold API keys
+(`environment_secrets`: `OPENAI_API_KEY`, ...), and any part of one of them at least
+`MIN_FRAGMENT` characters long (a provider echoing `...KEY-1234567890abcdef`).
+A run makes its secrets known to everything that writes on its behalf with
+`secrets_in_use` (a context variable, so concurrent runs keep theirs apart).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
-__all__ = ["MASK", "is_secret_key", "redact", "secrets_from_params"]
+__all__ = [
+    "MASK",
+    "MIN_FRAGMENT",
+    "Secrets",
+    "current_secrets",
+    "environment_secrets",
+    "is_secret_key",
+    "known_secrets",
+    "redact",
+    "secrets_from_params",
+    "secrets_in_use",
+]
 
 MASK = "***"
+#: A part of a known secret at least this long is masked wherever it appears.
+MIN_FRAGMENT = 8
 
 T = TypeVar("T")
 
@@ -27,6 +55,8 @@ _SECRET_KEY = re.compile(
 # Keys that end like a secret but hold none.
 _NOT_SECRET_KEYS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Environment variables named like a secret that point at one instead (a file, a URL).
+_REFERENCE_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_URL", "_URI", "_HOST", "_LOCATION")
 
 # (pattern, replacement, words): a pattern runs only on a text that holds one of its
 # words once case-folded, as each of its matches does. Scanning costs: the first pattern
@@ -63,6 +93,8 @@ _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     (re.compile(r"\b(?:gsk|xai)-?_?[A-Za-z0-9]{20,}"), MASK, ("gsk", "xai")),
 )
 
+# Characters JSON writes as escapes ("\n", "\"" ...), and lone surrogates.
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
 # Secret values shorter than this are not masked inside free text (it would mask words).
 _MIN_SECRET_LENGTH = 6
 
@@ -93,11 +125,182 @@ def secrets_from_params(params: Mapping[str, Any] | None) -> frozenset[str]:
     return frozenset(found)
 
 
-def _redact_text(text: str, secrets: Iterable[str]) -> str:
-    # Longest first, so a secret containing another is masked whole.
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= _MIN_SECRET_LENGTH and secret in text:
-            text = text.replace(secret, MASK)
+def environment_secrets() -> frozenset[str]:
+    """The values of environment variables named like keys (OPENAI_API_KEY, ANTHROPIC_API_KEY,
+    AWS_SECRET_ACCESS_KEY, HF_TOKEN, ...): litellm reads providers' keys from there."""
+    try:
+        items = tuple(os.environ.items())
+    except RuntimeError:  # another thread changed the environment meanwhile
+        items = tuple(os.environ.copy().items())
+    return _environment_secrets(items)
+
+
+@functools.lru_cache(maxsize=8)
+def _environment_secrets(items: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    return frozenset(
+        value
+        for name, value in items
+        if len(value) >= MIN_FRAGMENT
+        and not any(c.isspace() for c in value)
+        and is_secret_key(name)
+        and not name.upper().endswith(_REFERENCE_SUFFIXES)
+        and name != "LITELLM_LOCAL_MODEL_COST_MAP"
+    )
+
+
+class Secrets:
+    """A set of secret values, masked wherever they (or a part of at least MIN_FRAGMENT
+    characters of one) appear. Immutable; `Secrets()` knows none and costs nothing."""
+
+    __slots__ = ("_blocks", "_exact", "json_plain", "values")
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self.values = frozenset(v for v in values if isinstance(v, str) and len(v) >= 6)
+        # Longest first, so a secret containing another is masked whole.
+        self._exact = tuple(sorted(self.values, key=len, reverse=True))
+        #: True when every secret reads the same inside JSON text (nothing to escape), so
+        #: `found_in` may be asked about a JSON document as it is.
+        self.json_plain = not any(_JSON_ESCAPED.search(v) for v in self.values)
+        # Every part of MIN_FRAGMENT characters or more of a secret holds one of its
+        # aligned blocks of MIN_FRAGMENT // 2 characters: those are searched for, and a
+        # block found is grown both ways while it matches the secret.
+        half = MIN_FRAGMENT // 2
+        self._blocks = tuple(
+            (secret, start, secret[start : start + half])
+            for secret in self._exact
+            if len(secret) >= MIN_FRAGMENT
+            for start in range(0, len(secret) - half + 1, half)
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def __or__(self, other: Iterable[str]) -> Secrets:
+        values = self.values | frozenset(other)
+        return self if values == self.values else _secrets(values)
+
+    def __repr__(self) -> str:
+        return f"Secrets({len(self.values)} values)"
+
+    def found_in(self, text: str) -> bool:
+        """True when `text` holds one of the secrets or a part of one long enough to mask."""
+        return bool(self.values) and self._spans(text, first=True) != []
+
+    def text(self, text: str) -> str:
+        """`text` with every secret, and every part of one of MIN_FRAGMENT characters or
+        more, replaced by `***`."""
+        if not self.values:
+            return text
+        spans = self._spans(text, first=False)
+        if not spans:
+            return text
+        pieces, end = [], 0
+        for start, stop in spans:
+            pieces.append(text[end:start])
+            pieces.append(MASK)
+            end = stop
+        pieces.append(text[end:])
+        return "".join(pieces)
+
+    def mask(self, value: T) -> T:
+        """`value` with the secrets masked in every string (keys included) of its dicts,
+        lists and tuples; `value` itself, not a copy, when none holds one."""
+        if not self.values:
+            return value
+        return self._mask(value, 0)  # type: ignore[no-any-return]
+
+    def _mask(self, value: Any, depth: int) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if depth > 200:
+            return value
+        if isinstance(value, dict):
+            changed = False
+            items = []
+            for key, item in value.items():
+                new_key = self.text(key) if isinstance(key, str) else key
+                new_item = self._mask(item, depth + 1)
+                changed = changed or new_key is not key or new_item is not item
+                items.append((new_key, new_item))
+            return dict(items) if changed else value
+        if isinstance(value, list | tuple):
+            new = [self._mask(item, depth + 1) for item in value]
+            if all(a is b for a, b in zip(new, value, strict=True)):
+                return value
+            return tuple(new) if isinstance(value, tuple) else new
+        return value
+
+    def _spans(self, text: str, *, first: bool) -> list[tuple[int, int]]:
+        """The merged (start, stop) spans of `text` to mask, in order; `first` stops at one."""
+        spans: list[tuple[int, int]] = []
+        for secret in self._exact:
+            if len(secret) < MIN_FRAGMENT:
+                at = text.find(secret)
+                while at != -1:
+                    spans.append((at, at + len(secret)))
+                    if first:
+                        return spans
+                    at = text.find(secret, at + len(secret))
+        for secret, offset, block in self._blocks:
+            at = text.find(block)
+            while at != -1:
+                start, stop = at, at + len(block)
+                # Grow the match both ways while text and secret agree.
+                before = offset
+                while before > 0 and start > 0 and text[start - 1] == secret[before - 1]:
+                    start -= 1
+                    before -= 1
+                after = offset + len(block)
+                while after < len(secret) and stop < len(text) and text[stop] == secret[after]:
+                    stop += 1
+                    after += 1
+                if stop - start >= MIN_FRAGMENT:
+                    spans.append((start, stop))
+                    if first:
+                        return spans
+                at = text.find(block, at + 1)
+        if len(spans) < 2:
+            return spans
+        spans.sort()
+        merged = [spans[0]]
+        for start, stop in spans[1:]:
+            last_start, last_stop = merged[-1]
+            if start <= last_stop:
+                merged[-1] = (last_start, max(last_stop, stop))
+            else:
+                merged.append((start, stop))
+        return merged
+
+
+@functools.lru_cache(maxsize=32)
+def _secrets(values: frozenset[str]) -> Secrets:
+    """One Secrets per set of values: building one costs a few microseconds."""
+    return Secrets(values)
+
+
+_NO_SECRETS = Secrets()
+_IN_USE: ContextVar[Secrets] = ContextVar("art_secrets_in_use", default=_NO_SECRETS)
+
+
+@contextmanager
+def secrets_in_use(secrets: Iterable[str]) -> Iterator[Secrets]:
+    """Within the block (and the tasks and tool threads it starts), everything art writes
+    masks `secrets` and the environment's keys: logs, stored records, stored events."""
+    known = _IN_USE.get() | (frozenset(secrets) | environment_secrets())
+    token = _IN_USE.set(known)
+    try:
+        yield known
+    finally:
+        _IN_USE.reset(token)
+
+
+def current_secrets() -> Secrets:
+    """The secrets made known by the innermost `secrets_in_use` (none outside one)."""
+    return _IN_USE.get()
+
+
+def _redact_text(text: str, secrets: Secrets) -> str:
+    text = secrets.text(text)
     if "sk-" in text or "=" in text or ":" in text or " " in text:
         lowered = text.casefold()
         for pattern, replacement, words in _TEXT_PATTERNS:
@@ -109,17 +312,25 @@ def _redact_text(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def redact(value: T, secrets: Iterable[str] = ()) -> T:
+def redact(value: T, secrets: Iterable[str] | Secrets = ()) -> T:
     """`value` with secrets masked: strings rewritten, containers copied and walked.
 
     Values under secret-looking keys are replaced by `***` whole; other values keep
-    their type (numbers, None, ...). `secrets` adds exact values to mask everywhere.
+    their type (numbers, None, ...). Masked everywhere: the known secret shapes, the
+    environment's keys, the secrets in use (`secrets_in_use`) and `secrets`, each also
+    when only a part of at least MIN_FRAGMENT characters of it appears.
     """
-    secret_list = tuple(s for s in secrets if isinstance(s, str))
-    return _redact(value, secret_list, 0)
+    extra = secrets.values if isinstance(secrets, Secrets) else secrets
+    return _redact(value, known_secrets(extra), 0)  # type: ignore[no-any-return]
 
 
-def _redact(value: Any, secrets: tuple[str, ...], depth: int) -> Any:
+def known_secrets(extra: Iterable[str] = ()) -> Secrets:
+    """The secrets in use (`secrets_in_use`), the environment's keys, and `extra`."""
+    known = _IN_USE.get() | environment_secrets()
+    return known | (s for s in extra if isinstance(s, str)) if extra else known
+
+
+def _redact(value: Any, secrets: Secrets, depth: int) -> Any:
     if isinstance(value, str):
         return _redact_text(value, secrets)
     if depth > 50:  # pathological nesting: do not recurse further, but never leak

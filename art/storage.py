@@ -15,9 +15,11 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from art.config import STORAGE_ENV
 from art.errors import ConfigurationError
+from art.redaction import current_secrets
 from art.state import StorageAdapter
 
 __all__ = [
@@ -135,11 +137,16 @@ def _json_fallback(value: Any) -> Any:
 
 
 def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
-    """The record as JSON text (snake_case keys), never failing on odd tool outputs."""
+    """The record as JSON text (snake_case keys), never failing on odd tool outputs, with
+    the secrets of the run in progress masked (`art.redaction.secrets_in_use`)."""
+    serializer = model.__pydantic_serializer__
     # What model_dump_json does, without its layer of keyword defaults (twice per step).
-    return model.__pydantic_serializer__.to_json(
-        model, exclude=exclude, fallback=_json_fallback
-    ).decode()
+    text = serializer.to_json(model, exclude=exclude, fallback=_json_fallback).decode()
+    secrets = current_secrets()
+    if secrets and (not secrets.json_plain or secrets.found_in(text)):
+        data = serializer.to_python(model, mode="json", exclude=exclude, fallback=_json_fallback)
+        text = to_json(secrets.mask(data), fallback=_json_fallback).decode()
+    return text
 
 
 def load_json(model_type: type[ModelT], text: str | bytes) -> ModelT:

@@ -537,6 +537,29 @@ def test_tools_option_replaces_the_builtin_tools(invoke, scripted_model, tmp_pat
     assert "error CONFIG_ERROR: --tools 'cli_tools:nothing'" in bad.output
 
 
+def test_the_environment_s_keys_never_reach_the_terminal(
+    invoke, scripted_model, tmp_path, monkeypatch, db
+):
+    key = "env-cli-key-0123456789abcdef"
+    monkeypatch.setenv("MISTRAL_API_KEY", key)
+    (tmp_path / "leaky_tools.py").write_text(
+        "import os, art\n@art.tool\ndef env(name: str) -> str:\n"
+        "    '''Read an environment variable.'''\n    return os.environ[name]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "leaky_tools", raising=False)
+    plan = {"steps": [{"id": "s1", "tool": "env", "args": {"name": "MISTRAL_API_KEY"}}]}
+    model = scripted_model(planning=plan, synthesis=f"The key ends in ...{key[-10:]}")
+    common = ("--model", model.model, "--storage", db, "--tools", "leaky_tools:env")
+    shown = invoke("run", "which key?", *common, "-T", "k1")
+    as_json = invoke("run", "which key?", *common, "-T", "k2", "--json")
+    stored = invoke("show", "k1", "--storage", db, "--json")
+    for result in (shown, as_json, stored):
+        assert result.exit_code == EXIT_OK, result.output
+        assert "***" in result.output
+        assert key not in result.output and key[-10:] not in result.output
+
+
 def test_usage_errors_exit_2(invoke):
     assert invoke("run").exit_code == EXIT_USAGE  # missing QUERY
     assert invoke("frobnicate").exit_code == EXIT_USAGE

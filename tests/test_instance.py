@@ -353,6 +353,84 @@ async def test_api_keys_never_appear_in_responses_events_logs_or_storage(scripte
     assert model.calls[0].params["temperature"] == 0  # the other llm_params did go through
 
 
+async def test_known_keys_in_tool_data_are_masked_in_storage_events_and_logs(
+    scripted_model, make, tmp_path, monkeypatch
+):
+    """Keys from llm_params and from the environment, whole or in part, wherever a tool
+    puts them (output, progress, error): never stored, never logged."""
+    import sqlite3
+
+    from art.logging import configure_logging
+
+    params_key = "sk-params-ABCDEFGHIJKLMNOP0123"
+    env_key = "env-key-QRSTUVWXYZ456789"
+    monkeypatch.setenv("GROQ_API_KEY", env_key)
+    partial = params_key[-16:]  # a provider's "...HIJKLMNOP0123" echo
+
+    class Leaky(art.IToolExecutor):
+        schema = art.ToolSchema(name="leaky", description="Leaks keys.")
+
+        async def execute(self, input, context):
+            context.progress(f"using {env_key}", output={"seen": params_key})
+            return art.ToolResult(
+                call_id=context.call_id,
+                tool_name="leaky",
+                status="success",
+                output={"config": {"key": "x", "token_in_text": f"k={params_key} e={env_key}"}},
+                metadata={"note": f"...{partial}"},
+            )
+
+    class Raises(art.IToolExecutor):
+        schema = art.ToolSchema(name="raises", description="Fails quoting a key.")
+
+        async def execute(self, input, context):
+            raise RuntimeError(f"login failed for {env_key} / ...{partial}")
+
+    plan = {"steps": [{"id": "s1", "tool": "leaky"}, {"id": "s2", "tool": "raises"}]}
+    model = scripted_model(planning=plan, synthesis="done")
+    logs = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging(json=True, level="DEBUG", stream=logs)
+    db = tmp_path / "leak.db"
+    try:
+        inst = make(
+            [Leaky(), Raises()],
+            model=model,
+            storage=f"sqlite:///{db}",
+            llm_params={"api_key": params_key},
+            execution_config={"step_max_retries": 0},
+        )
+
+        def fussy_hook(data, context):  # an application's hook that fails quoting tool data
+            raise ValueError(f"cannot handle {data['result'].output}")
+
+        inst.on("tool:after", fussy_hook)
+        response = await inst.aprocess("go", "t")
+        state = await inst.aget_state("t")
+        stored = await inst.storage.query_events("t")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        structlog.reset_defaults()
+    assert response.status == "partial"
+    rows = []
+    with sqlite3.connect(db) as conn:
+        for table in ("runs", "steps", "events", "messages"):
+            rows += [row[0] for row in conn.execute(f"SELECT data FROM {table}")]
+    written = {
+        "state": state.model_dump_json(),
+        "events": json.dumps([e.model_dump(mode="json") for e in stored]),
+        "rows": "\n".join(rows),
+        "logs": logs.getvalue(),
+    }
+    assert "login failed" in written["rows"] and "using" in written["events"]
+    assert "cannot handle" in written["logs"]  # the hook's failure, quoting the output
+    for where, text in written.items():
+        for key in (params_key, env_key, partial, env_key[:8], params_key[:10]):
+            assert key not in text, (where, key)
+
+
 # -- one run per thread -----------------------------------------------------------------------
 
 

@@ -124,3 +124,73 @@ def test_secret_shapes_are_masked_in_any_case(text):
 def test_text_without_secret_words_is_left_as_it_is():
     plan = '{"steps": [{"id": "s1", "tool": "search", "args": {"query": "x = 1: y"}}]}' * 40
     assert redact(plan) == plan
+
+
+# -- the secrets art knows, and their parts ---------------------------------------------------
+
+KEY = "sk-live-KEY-1234567890abcdef"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Incorrect API key provided: ...KEY-1234567890abcdef",  # a provider's echo of the end
+        "key starts sk-live-KEY-12 and ends abcdef",  # the start (the end is too short)
+        f"twice {KEY} and {KEY}!",
+        "a part: 567890ab, in the middle",
+    ],
+)
+def test_a_known_secret_and_any_part_of_it_of_eight_characters_are_masked(text):
+    from art.redaction import MIN_FRAGMENT, Secrets
+
+    assert MIN_FRAGMENT == 8
+    masked = Secrets([KEY]).text(text)
+    assert MASK in masked
+    for start in range(len(KEY) - 7):
+        assert KEY[start : start + 8] not in masked, (KEY[start : start + 8], masked)
+    redacted = redact(text, [KEY])
+    assert not any(KEY[start : start + 8] in redacted for start in range(len(KEY) - 7))
+
+
+def test_parts_shorter_than_eight_characters_are_left_alone():
+    from art.redaction import Secrets
+
+    text = "sk-live plus 1234567 plus abcdef"
+    assert Secrets([KEY]).text(text) == text
+    assert Secrets([KEY]).text("...KEY-1234567890abcdef") == f"...{MASK}"
+
+
+def test_masking_data_returns_the_same_objects_when_nothing_is_found():
+    from art.redaction import Secrets
+
+    secrets = Secrets([KEY])
+    clean = {"a": ["x", {"b": "y"}], "n": 1}
+    assert secrets.mask(clean) is clean
+    dirty = {"a": ["x", {"b": f"got {KEY[4:20]}"}], "n": 1, KEY: "key as a key"}
+    masked = secrets.mask(dirty)
+    assert masked == {"a": ["x", {"b": f"got {MASK}"}], "n": 1, MASK: "key as a key"}
+    assert masked["a"] is not dirty["a"] and dirty["a"][1]["b"] == f"got {KEY[4:20]}"
+    assert Secrets().mask(dirty) is dirty
+
+
+def test_the_environment_s_keys_are_known_and_masked_without_being_named(monkeypatch):
+    from art.redaction import environment_secrets
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "ant-env-key-0123456789")
+    monkeypatch.setenv("HF_TOKEN", "hf-env-token-0123456789")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS_FILE", "/run/secrets/google.json")
+    monkeypatch.setenv("DB_PASSWORD", "short")
+    found = environment_secrets()
+    assert {"ant-env-key-0123456789", "hf-env-token-0123456789"} <= found
+    assert "/run/secrets/google.json" not in found and "short" not in found
+    assert redact("echo: ...key-0123456789 and hf-env-token") == f"echo: ...{MASK} and {MASK}"
+
+
+def test_secrets_in_use_reach_every_redact_within_the_block():
+    from art.redaction import current_secrets, secrets_in_use
+
+    assert not current_secrets()
+    with secrets_in_use(["params-key-abcdefgh"]):
+        assert redact("saw params-key-abcdefgh") == f"saw {MASK}"
+        assert "params-key-abcdefgh" in current_secrets().values
+    assert redact("saw params-key-abcdefgh") == "saw params-key-abcdefgh"
