@@ -356,6 +356,8 @@ class ArtInstance:
 
         Raises PlanError or ModelError: there is no response to carry them."""
         self._check_open()
+        query = _storable(query)
+        thread_id = _storable(thread_id) if thread_id is not None else None
         await self._prepare()
         history = (
             await self.storage.get_history(thread_id, limit=_HISTORY_LIMIT) if thread_id else []
@@ -385,6 +387,7 @@ class ArtInstance:
         """Decide a suspended step and, once every suspension of the run is decided, finish
         the run. Raises SuspensionError for an unknown or already-decided suspension."""
         self._check_open()
+        thread_id = _storable(thread_id)
         parsed = parse_decision(decision)
         opts = _options(options)
         config = self._config_for(opts)
@@ -412,6 +415,7 @@ class ArtInstance:
     async def acheck_for_suspended_state(self, thread_id: str) -> SuspendedState | None:
         """The thread's suspended run and its pending suspensions, or None."""
         self._check_open()
+        thread_id = _storable(thread_id)
         await self._prepare()
         run = await self.storage.get_active_run(thread_id)
         if run is None or run.status != "suspended":
@@ -430,6 +434,7 @@ class ArtInstance:
     async def aget_state(self, thread_id: str) -> ThreadState:
         """The thread's runs (oldest first), active run, pending suspensions and history."""
         self._check_open()
+        thread_id = _storable(thread_id)
         await self._prepare()
         runs = await self.storage.list_runs(thread_id)
         active = await self.storage.get_active_run(thread_id)
@@ -500,7 +505,7 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        session = self._active.get(thread_id)
+        session = self._active.get(_storable(thread_id))
         if session is None:
             return False
         try:
@@ -657,6 +662,7 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         self._check_open()
         started = time.perf_counter()
+        query, thread_id = _storable(query), _storable(thread_id)
         opts = _options(options)
         config = self._config_for(opts)
         await self._prepare()
@@ -740,7 +746,7 @@ class ArtInstance:
             return await self._refused(thread_id, _call_error(veto), started, sinks=())
         # Atomic: of two concurrent decisions (other processes included) one succeeds.
         decided = await self.storage.decide_suspension(
-            thread_id, suspension_id, decision.model_dump(mode="json")
+            thread_id, suspension_id, _decision_data(decision)
         )
         session = _Session(self, record, config, opts, (), started, setup)
         return await session.drive(
@@ -1274,6 +1280,27 @@ def _call_error(exc: ModelError | HookVeto) -> RunError:
     if isinstance(exc, ModelError):
         return RunError(code=str(exc.code), message=exc.message, retry_after_s=exc.retry_after_s)
     return RunError(code=RunErrorCode.VETOED, message=str(exc))
+
+
+def _decision_data(decision: Decision) -> dict[str, Any]:
+    """The decision as JSON data, its text escaped as `_storable` escapes a query."""
+    from pydantic_core import to_jsonable_python
+
+    from art.serialization import escape_unencodable_data
+
+    data: dict[str, Any] = to_jsonable_python(escape_unencodable_data(decision.model_dump()))
+    return data
+
+
+def _storable(text: str) -> str:
+    """A thread id or query as every storage keeps it: lone surrogates escaped (`\\udcff`,
+    see art.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
+    from art.serialization import escape_unencodable
+
+    if not isinstance(text, str):
+        raise ConfigurationError(f"expected text, got {type(text).__name__}: {text!r}"[:200])
+    text = escape_unencodable(text)
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:

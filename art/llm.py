@@ -28,6 +28,7 @@ from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode
 from art.events import HookVeto
 from art.redaction import environment_secrets, redact, secrets_from_params
+from art.serialization import escape_unencodable
 from art.usage import TokenUsage
 
 if TYPE_CHECKING:
@@ -501,7 +502,7 @@ class LLMClient:
         response = await litellm.acompletion(**kwargs)
         choices = getattr(response, "choices", None) or []
         message = getattr(choices[0], "message", None) if choices else None
-        content = getattr(message, "content", None) or ""
+        content = escape_unencodable(getattr(message, "content", None) or "")
         finish_reason = getattr(choices[0], "finish_reason", None) if choices else None
         usage = TokenUsage.from_provider(getattr(response, "usage", None))
         return LLMResult(
@@ -572,6 +573,7 @@ class LLMClient:
                 text = getattr(delta, "content", None) if delta is not None else None
                 if not text:
                     continue
+                text = escape_unencodable(text)
                 try:
                     edited = await emit(
                         "chunk:before", {"phase": phase, "chunk": text, "sequence": sequence}

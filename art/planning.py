@@ -28,7 +28,7 @@ from art.config import Persona
 from art.errors import PlanError
 from art.output_schemas import output_sketch, step_output_schema
 from art.plans import Plan, validate_plan
-from art.serialization import context_text
+from art.serialization import context_text, escape_unencodable_data
 
 if TYPE_CHECKING:
     from art.context import RunContext
@@ -575,21 +575,6 @@ def _loads(candidate: str) -> Any:
         return None
 
 
-def _clean_text(value: Any) -> Any:
-    """Strings with surrogate pairs joined and lone surrogates replaced (storable as UTF-8)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return value
-    if isinstance(value, dict):
-        return {_clean_text(k): _clean_text(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean_text(item) for item in value]
-    return value
-
-
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -645,7 +630,7 @@ def extract_plan_data(text: str) -> tuple[dict[str, Any] | None, list[str]]:
             continue
         plan = _plan_object(value)
         if plan is not None:
-            return (_clean_text(plan) if _may_hold_surrogates(candidate) else plan), []
+            return (escape_unencodable_data(plan) if _may_hold_surrogates(candidate) else plan), []
         if first_value in (None, "") and value not in (None, ""):
             first_value = value
     if too_deep and first_value in (None, ""):

@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,8 @@ from pydantic_core import to_jsonable_python
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "context_text",
+    "escape_unencodable",
+    "escape_unencodable_data",
     "safe_stringify",
     "to_jsonable",
     "truncate",
@@ -36,6 +39,47 @@ _MAX_REPR = 2_000
 # json.dumps(..., ensure_ascii=False) builds an encoder per call; `_plain` has already
 # broken every cycle, so the encoder's own circular check is not needed either.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+
+
+# A lone surrogate (a file name that is not UTF-8, half of a pair from a bad JSON escape):
+# no UTF-8 text, JSON document, database or terminal can carry one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_unencodable(text: str) -> str:
+    """`text` as UTF-8 can carry it: each lone surrogate becomes the six characters of its
+    escape (`\\udcff`), a pair of surrogates the character they stand for. Other text is
+    returned as it is (the same object)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    # A pair (e.g. an emoji split across two streamed chunks) is one character again.
+    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match[0]):04x}"
+
+
+def escape_unencodable_data(value: Any) -> Any:
+    """`value` with `escape_unencodable` applied to every string in its dicts (keys too),
+    lists and tuples; `value` itself, not a copy, when none needed it."""
+    if isinstance(value, str):
+        return escape_unencodable(value)
+    if isinstance(value, dict):
+        changed = False
+        items = []
+        for key, item in value.items():
+            new_key, new_item = escape_unencodable_data(key), escape_unencodable_data(item)
+            changed = changed or new_key is not key or new_item is not item
+            items.append((new_key, new_item))
+        return dict(items) if changed else value
+    if isinstance(value, list | tuple):
+        new = [escape_unencodable_data(item) for item in value]
+        if all(a is b for a, b in zip(new, value, strict=True)):
+            return value
+        return tuple(new) if isinstance(value, tuple) else new
+    return value
 
 
 def truncate(text: str, max_length: int) -> str:

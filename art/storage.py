@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from art.config import STORAGE_ENV
 from art.errors import ConfigurationError
 from art.redaction import current_secrets
+from art.serialization import escape_unencodable_data
 from art.state import StorageAdapter
 
 __all__ = [
@@ -137,15 +138,25 @@ def _json_fallback(value: Any) -> Any:
 
 
 def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
-    """The record as JSON text (snake_case keys), never failing on odd tool outputs, with
-    the secrets of the run in progress masked (`art.redaction.secrets_in_use`)."""
+    """The record as JSON text (snake_case keys), never failing on odd tool outputs (lone
+    surrogates are written as `\\udcff` escapes), with the secrets of the run in
+    progress masked (`art.redaction.secrets_in_use`)."""
     serializer = model.__pydantic_serializer__
-    # What model_dump_json does, without its layer of keyword defaults (twice per step).
-    text = serializer.to_json(model, exclude=exclude, fallback=_json_fallback).decode()
+    try:
+        # What model_dump_json does, without its layer of keyword defaults (twice per step).
+        text = serializer.to_json(model, exclude=exclude, fallback=_json_fallback).decode()
+    except PydanticSerializationError:  # a lone surrogate, which UTF-8 cannot carry
+        text = ""
     secrets = current_secrets()
-    if secrets and (not secrets.json_plain or secrets.found_in(text)):
-        data = serializer.to_python(model, mode="json", exclude=exclude, fallback=_json_fallback)
-        text = to_json(secrets.mask(data), fallback=_json_fallback).decode()
+    if not text or (secrets and (not secrets.json_plain or secrets.found_in(text))):
+        try:
+            data = serializer.to_python(
+                model, mode="json", exclude=exclude, fallback=_json_fallback
+            )
+        except (UnicodeError, PydanticSerializationError):  # a lone surrogate in a dict key
+            data = serializer.to_python(model, exclude=exclude, fallback=_json_fallback)
+        data = secrets.mask(escape_unencodable_data(data))
+        text = to_json(data, fallback=_json_fallback).decode()
     return text
 
 

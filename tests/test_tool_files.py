@@ -162,3 +162,21 @@ def test_root_must_be_a_directory(tmp_path):
         ReadFile(tmp_path / "missing")
     with pytest.raises(ConfigurationError, match="max_bytes"):
         ReadFile(tmp_path, max_bytes=0)
+
+
+async def test_a_file_name_that_is_not_utf8_is_shown_escaped_and_can_be_read(area):
+    import json
+    import os
+
+    (area / os.fsdecode(b"bad\xff name.txt")).write_text("found me")  # not UTF-8
+    (area / "bad").mkdir()
+    (area / "bad" / os.fsdecode(b"\xfe.md")).write_text("deep")
+    listing = await call(ListFiles(area), recursive=True)
+    paths = [entry["path"] for entry in listing.output["entries"]]
+    assert "bad\\xff name.txt" in paths and "bad/\\xfe.md" in paths
+    json.dumps(listing.output).encode("utf-8")  # no lone surrogate left anywhere
+    read = await call(ReadFile(area), path="bad\\xff name.txt")
+    assert read.output == {"path": "bad\\xff name.txt", "size": 8, "content": "found me"}
+    assert (await call(ReadFile(area), path="bad/\\xfe.md")).output["content"] == "deep"
+    missing = await call(ReadFile(area), path="bad\\xfe name.txt")
+    assert missing.metadata["error_code"] == "NOT_FOUND"

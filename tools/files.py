@@ -3,12 +3,16 @@
 Paths are relative to the root. Absolute paths, `..` components and symlinks
 whose target lies outside the root are refused with PERMISSION_DENIED, so a
 plan cannot read anything the application did not put under the root.
+
+A file name that is not valid UTF-8 is shown with each such byte as `\\xNN`
+(`bad\\xff.txt`), and read_file accepts the name written that way.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -16,7 +20,7 @@ from art.errors import ConfigurationError, ToolErrorCode
 from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 from art.tools._common import failure, success
 
-__all__ = ["ListFiles", "ReadFile"]
+__all__ = ["ListFiles", "ReadFile", "shown_path"]
 
 DEFAULT_MAX_BYTES = 1_000_000
 DEFAULT_MAX_ENTRIES = 1_000
@@ -65,7 +69,33 @@ class _RootedTool(IToolExecutor):
         return resolved
 
     def _relative(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix()
+        return shown_path(path.relative_to(self.root).as_posix())
+
+    def _existing(self, relative: str) -> Path:
+        """`_resolve(relative)`, or the name on disk it shows with `\\xNN` escapes."""
+        path = self._resolve(relative)
+        if not path.exists() and _ESCAPED_BYTE.search(relative):
+            on_disk = self._resolve(_ESCAPED_BYTE.sub(_raw_byte, relative))
+            if on_disk.exists():
+                return on_disk
+        return path
+
+
+# A byte of a file name that is not UTF-8, as `shown_path` writes it.
+_ESCAPED_BYTE = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])")
+
+
+def shown_path(path: str) -> str:
+    """`path` as text: a byte that is not UTF-8 (a lone surrogate from os.fsdecode) as \\xNN."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
+
+
+def _raw_byte(match: re.Match[str]) -> str:
+    return chr(0xDC00 + int(match[1], 16))  # how os.fsdecode holds an undecodable byte
 
 
 class ReadFile(_RootedTool):
@@ -116,7 +146,7 @@ class ReadFile(_RootedTool):
     def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
         requested = input["path"]
         try:
-            path = self._resolve(requested)
+            path = self._existing(requested)
             if not path.exists():
                 raise _Refused(ToolErrorCode.NOT_FOUND, f"no such file: {requested!r}")
             if path.is_dir():
@@ -207,7 +237,7 @@ class ListFiles(_RootedTool):
         recursive = bool(input.get("recursive", False))
         pattern = input.get("pattern")
         try:
-            directory = self._resolve(requested)
+            directory = self._existing(requested)
             if not directory.exists():
                 raise _Refused(ToolErrorCode.NOT_FOUND, f"no such directory: {requested!r}")
             if not directory.is_dir():
@@ -253,7 +283,7 @@ class ListFiles(_RootedTool):
                     return entries, True
                 entries.append(
                     {
-                        "path": Path(child.path).relative_to(self.root).as_posix(),
+                        "path": self._relative(Path(child.path)),
                         "type": kind,
                         "size": child.stat(follow_symlinks=False).st_size
                         if kind == "file"
