@@ -354,7 +354,7 @@ async def test_api_keys_never_appear_in_responses_events_logs_or_storage(scripte
 
 
 async def test_known_keys_in_tool_data_are_masked_in_storage_events_and_logs(
-    scripted_model, make, tmp_path, monkeypatch
+    scripted_model, make, tmp_path, monkeypatch, restore_logging
 ):
     """Keys from llm_params and from the environment, whole or in part, wherever a tool
     puts them (output, progress, error): never stored, never logged."""
@@ -389,30 +389,23 @@ async def test_known_keys_in_tool_data_are_masked_in_storage_events_and_logs(
     plan = {"steps": [{"id": "s1", "tool": "leaky"}, {"id": "s2", "tool": "raises"}]}
     model = scripted_model(planning=plan, synthesis="done")
     logs = io.StringIO()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
     configure_logging(json=True, level="DEBUG", stream=logs)
     db = tmp_path / "leak.db"
-    try:
-        inst = make(
-            [Leaky(), Raises()],
-            model=model,
-            storage=f"sqlite:///{db}",
-            llm_params={"api_key": params_key},
-            execution_config={"step_max_retries": 0},
-        )
+    inst = make(
+        [Leaky(), Raises()],
+        model=model,
+        storage=f"sqlite:///{db}",
+        llm_params={"api_key": params_key},
+        execution_config={"step_max_retries": 0},
+    )
 
-        def fussy_hook(data, context):  # an application's hook that fails quoting tool data
-            raise ValueError(f"cannot handle {data['result'].output}")
+    def fussy_hook(data, context):  # an application's hook that fails quoting tool data
+        raise ValueError(f"cannot handle {data['result'].output}")
 
-        inst.on("tool:after", fussy_hook)
-        response = await inst.aprocess("go", "t")
-        state = await inst.aget_state("t")
-        stored = await inst.storage.query_events("t")
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        structlog.reset_defaults()
+    inst.on("tool:after", fussy_hook)
+    response = await inst.aprocess("go", "t")
+    state = await inst.aget_state("t")
+    stored = await inst.storage.query_events("t")
     assert response.status == "partial"
     rows = []
     with sqlite3.connect(db) as conn:
