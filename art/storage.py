@@ -156,7 +156,7 @@ def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
         except (UnicodeError, PydanticSerializationError):  # a lone surrogate in a dict key
             data = serializer.to_python(model, exclude=exclude, fallback=_json_fallback)
         data = secrets.mask(escape_unencodable_data(data))
-        text = to_json(data, fallback=_json_fallback).decode()
+        text = to_json(data, fallback=_json_fallback, inf_nan_mode="null").decode()
     return text
 
 
