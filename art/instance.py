@@ -456,6 +456,7 @@ class ArtInstance:
         `ConversationMessage` or a dict with `role` and `content`. Raises ThreadBusyError
         while a run holds the thread, ConfigurationError for a malformed message."""
         self._check_open()
+        thread_id = _storable(thread_id)
         loaded = [_history_message(thread_id, n, m) for n, m in enumerate(messages, start=1)]
         await self._prepare()
         async with self.storage.lease(thread_id):
@@ -481,6 +482,7 @@ class ArtInstance:
         history and events. False when nothing was stored for it. Raises ThreadBusyError
         while a run holds the thread."""
         self._check_open()
+        thread_id = _storable(thread_id)
         await self._prepare()
         async with self.storage.lease(thread_id):
             return await self.storage.delete_thread(thread_id)
