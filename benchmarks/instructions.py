@@ -46,9 +46,10 @@ _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
     """Run `stage` of a `steps`-step plan `runs` times; returns the steps completed."""
     from art.adapters.memory import MemoryStorage
+    from art.event_log import LOGGED_EVENTS, kept_in_log, stored_events
     from art.events import EventBus, RunEvents
-    from art.execution import Executor
-    from art.instance import LOGGED_EVENTS, _logged, stored_events
+    from art.execution_state import ExecutionDeps
+    from art.plan_execution import PlanExecution
     from art.planning import parse_plan
     from art.registry import ToolRegistry
     from art.state import RunRecord
@@ -68,7 +69,7 @@ def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
         if level == 0:
             return 0
         logged = LOGGED_EVENTS if level >= 3 else frozenset()
-        run = make_run_context(events=RunEvents(EventBus(), logged=logged, keep=_logged))
+        run = make_run_context(events=RunEvents(EventBus(), logged=logged, keep=kept_in_log))
         persist = None
         if level >= 2:
             record = RunRecord(
@@ -84,7 +85,8 @@ def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
             def persist(step_record: Any) -> Any:
                 return storage.save_step(run.run_id, step_record)
 
-        outcome = await Executor(run, plan, registry, persist=persist).run()
+        deps = ExecutionDeps(run=run, registry=registry, persist=persist)
+        outcome = await PlanExecution(deps, plan).run()
         if outcome.status != "completed":
             raise RuntimeError(f"the benchmark run ended {outcome.status}")
         if level >= 3:

@@ -12,8 +12,10 @@ import pytest
 
 import art
 from art.errors import ModelError, ModelErrorCode
-from art.execution import Executor, Readiness
+from art.execution import Readiness
+from art.execution_state import ExecutionDeps
 from art.llm import LLMResult
+from art.plan_execution import PlanExecution
 from art.plans import Plan
 from art.registry import ToolRegistry
 from art.responses import StepRecord
@@ -89,15 +91,19 @@ def step(sid: str, tool: str | None = "echo", deps: tuple[str, ...] = (), **args
     }
 
 
-def executor(plan: Plan, tools: list, *, events: list | None = None, **kwargs: Any) -> Executor:
+def executor(
+    plan: Plan, tools: list, *, events: list | None = None, **kwargs: Any
+) -> PlanExecution:
     config = kwargs.pop("config", {})
+    records = kwargs.pop("records", None)
     run = make_run_context(config={"retry_backoff_s": 0, **config})
     if events is not None:
         run.events.subscribe(events.append)
-    return Executor(run, plan, ToolRegistry(tools), **kwargs)
+    deps = ExecutionDeps(run=run, registry=ToolRegistry(tools), **kwargs)
+    return PlanExecution(deps, plan, records=records)
 
 
-async def run_guarded(ex: Executor):
+async def run_guarded(ex: PlanExecution):
     async with asyncio.timeout(GUARD_S):
         return await ex.run()
 
@@ -212,13 +218,17 @@ async def test_ready_steps_of_instant_tools_share_a_task_and_waiting_ones_get_th
 async def test_idle_is_called_while_every_running_step_waits_for_its_tool():
     release = asyncio.Event()
     states: list[tuple[int, bool]] = []
+    waiting = 0
 
     async def wait(input, context):
+        nonlocal waiting
+        waiting += 1
         await release.wait()
+        waiting -= 1
         return "done"
 
     def idle() -> None:
-        states.append((len(ex._tokens), release.is_set()))
+        states.append((waiting, release.is_set()))
         release.set()  # seen idle once: let the tools finish
 
     plan = plan_of(step("s1", "wait"), step("s2", "wait"), step("s3", "echo", ("s1", "s2")))
@@ -412,7 +422,7 @@ async def test_a_tool_before_hook_can_change_the_arguments():
     def edit(data, context):
         return {**data, "args": {"value": "edited"}}
 
-    ex.run_context.events.on("tool:before", edit)
+    ex.deps.run.events.on("tool:before", edit)
     outcome = await run_guarded(ex)
     assert outcome.outputs == {"s1": "edited"}
     assert outcome.records["s1"].args == {"value": "edited"}
@@ -428,7 +438,7 @@ async def test_a_tool_before_hook_that_raises_vetoes_the_call_and_fails_the_step
     def veto(data, context):
         raise PermissionError("not on a Sunday")
 
-    ex.run_context.events.on("tool:before", veto)
+    ex.deps.run.events.on("tool:before", veto)
     outcome = await run_guarded(ex)
     assert tool.calls == []
     assert outcome.records["s1"].status == "failed"
@@ -677,8 +687,8 @@ async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut():
     assert "x" * 100 not in prompt and "truncated" in prompt
     assert outcome.outputs["s2"] == "the sum is 3"
     assert outcome.records["s2"].tool is None
-    assert ex.run_context.stats.llm_calls == 1
-    assert ex.run_context.stats.tool_calls == 1
+    assert ex.deps.run.stats.llm_calls == 1
+    assert ex.deps.run.stats.tool_calls == 1
 
 
 async def test_a_failed_reasoning_call_fails_the_step():
@@ -755,7 +765,7 @@ async def test_events_carry_spans_nested_run_step_tool():
         plan_of(step("s1", value=1), step("s2", value=2)), [FnTool("echo", echo)], events=events
     )
     await run_guarded(ex)
-    run_span = ex.run_context.span
+    run_span = ex.deps.run.span
     for sid in ("s1", "s2"):
         status = next(e for e in events if e.name == "step:status" and e.data["step_id"] == sid)
         tool = next(e for e in events if e.name == "tool:update" and e.data["step_id"] == sid)
@@ -903,7 +913,7 @@ async def test_cancel_reaches_a_sync_tool_in_its_worker_thread():
     assert outcome.error.code == "CANCELLED"
     assert outcome.records["s1"].status == "cancelled"
     assert outcome.records["s2"].status == "pending"
-    assert ex.run_context.cancellation.cancelled
+    assert ex.deps.run.cancellation.cancelled
 
 
 async def test_cancelling_the_runs_token_directly_stops_the_run():
@@ -922,7 +932,7 @@ async def test_cancelling_the_runs_token_directly_stops_the_run():
     )
     task = asyncio.create_task(run_guarded(ex))
     await asyncio.sleep(0.05)
-    ex.run_context.cancellation.cancel("stop now")
+    ex.deps.run.cancellation.cancel("stop now")
     outcome = await task
     assert outcome.records["s1"].output is True  # the sync tool saw the signal
     assert echo_tool.calls == []  # nothing new started
@@ -951,7 +961,7 @@ async def test_cancelling_the_awaiting_task_cancels_running_tools():
         await task
     assert len(seen) == 1
     assert seen[0].cancelled  # and the signal sync tools read is set too
-    assert ex._records["s1"].status == "in_progress"  # left as a crash would leave it
+    assert ex.state.records["s1"].status == "in_progress"  # left as a crash would leave it
 
 
 async def test_failed_records_of_an_earlier_plan_do_not_count_against_a_new_one():

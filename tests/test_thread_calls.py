@@ -16,8 +16,9 @@ import pytest
 
 import art
 from art._thread_calls import ThreadCalls
-from art.execution import Executor
+from art.execution_state import ExecutionDeps
 from art.invocation import invoke_tool
+from art.plan_execution import PlanExecution
 from art.plans import Plan
 from art.registry import ToolRegistry
 from art.testing import make_run_context
@@ -264,7 +265,7 @@ class Recorded(art.IToolExecutor):
 
 async def test_def_steps_wait_at_the_closed_gate_while_async_steps_go_on(monkeypatch):
     monkeypatch.setattr(
-        "art.execution.ThreadCalls",
+        "art.steps.ThreadCalls",
         functools.partial(ThreadCalls, handoff_after_s=0.0, handoff_wait_s=60.0),
     )
     pool = ThreadPoolExecutor(max_workers=1)
@@ -284,7 +285,7 @@ async def test_def_steps_wait_at_the_closed_gate_while_async_steps_go_on(monkeyp
     run = make_run_context()
     run.events.on("tool:before", lambda data, context: before.append(data["step_id"]))
     tools = [Recorded("blocking", seen), Recorded("instant", seen, is_async=True)]
-    ex = Executor(run, plan, ToolRegistry(tools), thread_pool=pool)
+    ex = PlanExecution(ExecutionDeps(run=run, registry=ToolRegistry(tools), thread_pool=pool), plan)
     running = asyncio.create_task(ex.run())
     await asyncio.sleep(0.05)
     assert before == ["d1", "a1"]  # d2 waits until a thread takes d1's call
@@ -299,7 +300,7 @@ async def test_def_steps_wait_at_the_closed_gate_while_async_steps_go_on(monkeyp
 
 async def test_cancelling_a_run_cancels_the_def_steps_waiting_at_the_gate(monkeypatch):
     monkeypatch.setattr(
-        "art.execution.ThreadCalls",
+        "art.steps.ThreadCalls",
         functools.partial(ThreadCalls, handoff_after_s=0.0, handoff_wait_s=60.0),
     )
     pool = ThreadPoolExecutor(max_workers=1)
@@ -311,9 +312,12 @@ async def test_cancelling_a_run_cancels_the_def_steps_waiting_at_the_gate(monkey
             "steps": [{"id": f"d{i}", "description": "d", "tool": "blocking"} for i in (1, 2, 3)],
         }
     )
-    ex = Executor(
-        make_run_context(), plan, ToolRegistry([Recorded("blocking", seen)]), thread_pool=pool
+    deps = ExecutionDeps(
+        run=make_run_context(),
+        registry=ToolRegistry([Recorded("blocking", seen)]),
+        thread_pool=pool,
     )
+    ex = PlanExecution(deps, plan)
     running = asyncio.create_task(ex.run())
     await asyncio.sleep(0.05)
     ex.cancel("user pressed stop")

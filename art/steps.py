@@ -1,0 +1,835 @@
+"""One step's path, from ready to finished: the executor calls `StepRunner.run` per step.
+
+A tool step resolves its references when it starts, lets `tool:before` hooks edit the
+arguments or veto the call, runs the tool through `invoke_tool` (which validates the
+arguments against the tool's schema and enforces `step_timeout_s`, one timer serving
+all of the phase's calls), retries retryable failures with exponential backoff, asks
+the model when the tool requires it (LLM_ASSIST_REQUIRED), and suspends when a blocking
+tool waits for a human. A reasoning step (no tool) makes one `step` LLM call. Every
+record is persisted when the step starts and when it ends, and every status change is
+a `step:status` event. A failure is recorded on the step and handed to the failure
+policy (`art.policies`); only cancellation and engine faults leave `run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from art._log import get_logger
+from art._models import trusted
+from art._thread_calls import ThreadCalls
+from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
+from art.events import HookVeto
+from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
+from art.invocation import CallTimeouts, invoke_tool
+from art.references import resolve_references
+from art.responses import RunError, StepRecord, utcnow
+from art.serialization import safe_stringify
+from art.spans import SpanContext
+from art.state import Suspension
+from art.tooling import CancellationToken, ExecutionContext, ToolResult
+
+if TYPE_CHECKING:
+    from art.execution import Executor
+    from art.plans import Step
+    from art.policies import FailurePolicy
+    from art.registry import ToolEntry
+
+__all__ = ["CallResources", "StepRunner", "ToolCaller", "reasoning_messages"]
+
+log = get_logger(__name__)
+
+#: Error codes a retry cannot fix, even when an exception caused them.
+_NOT_RETRIED = frozenset(
+    {
+        ToolErrorCode.VALIDATION_ERROR.value,
+        ToolErrorCode.CONTRACT_VIOLATION.value,
+        ToolErrorCode.CANCELLED.value,
+        ToolErrorCode.CONFIG_ERROR.value,
+        ToolErrorCode.PERMISSION_DENIED.value,
+    }
+)
+LLM_ASSIST_REQUIRED = ToolErrorCode.LLM_ASSIST_REQUIRED.value
+REASONING_TOOL_NAME = "reasoning"
+
+
+# -- what every tool call of a phase shares -----------------------------------------------------
+
+
+class CallResources:
+    """The timer and threads every tool call of one execute phase shares.
+
+    Blocking (`def`) tools run on the pool given (the instance's, whose threads outlive a
+    run) or on one of the phase's own, made when first needed, through a `ThreadCalls`
+    of the phase's, which lets the threads start their calls while a wide layer is still
+    being started. `close()` at the end of the phase.
+    """
+
+    def __init__(self, deps: ExecutionDeps) -> None:
+        config = deps.run.config
+        self.timeouts = CallTimeouts(config.step_timeout_s) if config.step_timeout_s else None
+        self._max_concurrency = config.max_concurrency
+        self._pool = deps.thread_pool
+        self._owns_pool = False
+        self.thread_calls: ThreadCalls | None = None  # this phase's way onto the pool
+
+    def blocking_calls(self) -> ThreadCalls:
+        """Where this phase calls plain `def` tools (threads start on demand)."""
+        if self.thread_calls is None:
+            if self._pool is None:
+                self._owns_pool = True
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self._max_concurrency, thread_name_prefix="art-tool"
+                )
+            self.thread_calls = ThreadCalls(self._pool)
+        return self.thread_calls
+
+    def close(self) -> None:
+        if self.timeouts is not None:
+            self.timeouts.close()
+        if self.thread_calls is not None:
+            self.thread_calls.close()
+        if self._owns_pool and self._pool is not None:
+            # Threads of tools that ignored cancellation finish on their own.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Interest:
+    """What the events of every step need, as the run's event bus stood at `changes`:
+    read once per step and status change, instead of seven `wants`/`listened` calls
+    per step. Read again when a hook or subscriber is added or removed."""
+
+    __slots__ = (
+        "changes",
+        "events",
+        "status_listened",
+        "status_wanted",
+        "tool_after",
+        "tool_before",
+        "updates_listened",
+        "updates_wanted",
+    )
+
+    def __init__(self, events: Any) -> None:
+        self.events = events
+        self.changes = -1
+        self.fresh()
+
+    def fresh(self) -> _Interest:
+        events = self.events
+        if self.changes != events.changes:
+            self.changes = events.changes
+            self.tool_before: bool = events.wants("tool:before")
+            self.tool_after: bool = events.wants("tool:after")
+            self.updates_wanted: bool = events.wants("tool:update")
+            self.updates_listened: bool = events.listened("tool:update")
+            self.status_wanted: bool = events.wants("step:status")
+            self.status_listened: bool = events.listened("step:status")
+        return self
+
+
+async def _emit(
+    deps: ExecutionDeps, name: str, data: dict[str, Any], span: SpanContext
+) -> dict[str, Any]:
+    run = deps.run
+    return await run.events.emit(name, data, thread_id=run.thread_id, run_id=run.run_id, span=span)
+
+
+# -- one tool call ------------------------------------------------------------------------------
+
+
+class ToolCaller:
+    """One tool call of a step, with its hooks, progress updates and cancellation signal.
+
+    Tells the run when it is idle: every running step waits for its tool and no step is
+    ready (`ExecutionDeps.idle`). One per pass: it asks the pass's executor.
+    """
+
+    def __init__(
+        self,
+        deps: ExecutionDeps,
+        resources: CallResources,
+        scheduler: Executor,
+        interest: _Interest,
+    ) -> None:
+        run = deps.run
+        self._deps = deps
+        self._resources = resources
+        self._scheduler = scheduler
+        self._interest = interest
+        self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
+        self._in_tools = 0  # running steps whose tool call is under way
+        self._idle = deps.idle
+        self._idle_check: asyncio.Handle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._context_template = ExecutionContext(
+            thread_id=run.thread_id,
+            trace_id=run.trace_id,
+            call_id="",
+            user_id=run.user_id,
+            session_id=run.session_id,
+            message_id=run.message_id,
+            agent=run.agent,
+            extra=run.metadata,
+        )
+
+    async def call(
+        self,
+        step: Step,
+        record: StepRecord,
+        entry: ToolEntry,
+        args: dict[str, Any],
+        attempt: int,
+        step_span: SpanContext,
+    ) -> tuple[ToolResult, str | None]:
+        """One tool execution; returns its result and, when a hook vetoed it, the reason."""
+        deps = self._deps
+        tool = entry.tool
+        run = deps.run
+        step_id = step.id
+        span = step_span.child()
+        call_id = f"{run.run_id}:{step_id}:{attempt}"
+        name = tool.schema.name
+        interest = self._interest.fresh()
+        if interest.tool_before:
+            try:
+                data = await _emit(
+                    deps,
+                    "tool:before",
+                    {
+                        "step_id": step_id,
+                        "tool": name,
+                        "call_id": call_id,
+                        "args": args,
+                        "attempt": attempt,
+                    },
+                    span,
+                )
+            except HookVeto as veto:
+                reason = f"vetoed by a tool:before hook: {veto.reason}"
+                result = ToolResult(
+                    call_id=call_id,
+                    tool_name=name,
+                    status="error",
+                    error=reason,
+                    metadata={
+                        "error_code": ToolErrorCode.PERMISSION_DENIED.value,
+                        "retryable": False,
+                        "vetoed": True,
+                    },
+                )
+                return result, reason
+            edited = data.get("args", args) if isinstance(data, dict) else args
+            if edited is not args:
+                args = edited
+                if isinstance(edited, dict):
+                    record.args = edited
+        # A tool's own progress notes are logged; the start and end updates are not, so
+        # they are emitted only when a hook, subscriber or stream is there to see them.
+        wants_updates = interest.updates_wanted
+        live_updates = interest.updates_listened
+        if live_updates:
+            await _emit(
+                deps,
+                "tool:update",
+                {
+                    "stage": "start",
+                    "step_id": step_id,
+                    "tool": name,
+                    "call_id": call_id,
+                    "args": args,
+                    "attempt": attempt,
+                },
+                span,
+            )
+        relay = self._relay(step_id, name, call_id, span) if wants_updates else None
+        token = run.cancellation.child()
+        context = _call_context(
+            self._context_template,
+            {"call_id": call_id, "step_id": step_id, "attempt": attempt, "span": span},
+            cancellation=token,
+            reporter=relay.report if relay is not None else None,
+        )
+        self._tokens[step_id] = token
+        run.stats.add_tool_call()
+        started = time.perf_counter()
+        self._in_tools += 1
+        if self._idle is not None and self._idle_check is None and not self._scheduler.has_ready:
+            # Looked at once this worker yields: an instant tool has returned by then.
+            self._idle_check = self._loop.call_soon(self._check_idle)
+        try:
+            result = await invoke_tool(
+                tool,
+                args,
+                context,
+                registry=deps.registry,
+                thread_pool=None if entry.is_async else self._resources.blocking_calls(),
+                timeouts=self._resources.timeouts,
+            )
+        finally:
+            self._in_tools -= 1
+            del self._tokens[step_id]
+            token.detach()
+            if relay is not None and (draining := relay.close()) is not None:
+                await draining
+        duration_ms = (time.perf_counter() - started) * 1000.0
+        if live_updates:
+            end: dict[str, Any] = {
+                "stage": "end",
+                "step_id": step_id,
+                "tool": name,
+                "call_id": call_id,
+                "status": result.status,
+                "duration_ms": duration_ms,
+            }
+            if result.status == "error":
+                end["error"] = result.error
+            else:
+                end["result"] = result.output
+            if tool.schema.mode == "display":
+                end["display"] = True
+            await _emit(deps, "tool:update", end, span)
+        if interest.tool_after:
+            await _emit(
+                deps,
+                "tool:after",
+                {
+                    "step_id": step_id,
+                    "tool": name,
+                    "call_id": call_id,
+                    "args": args,
+                    "result": result,
+                    "duration_ms": duration_ms,
+                    "display": tool.schema.mode == "display",
+                },
+                span,
+            )
+        return result, None
+
+    async def wait_turn(self, entry: ToolEntry) -> None:
+        """Let the threads start the `def` calls handed out so far (art._thread_calls)."""
+        calls = self._resources.thread_calls
+        if calls is not None and calls.gate_closed and not entry.is_async:
+            await calls.wait_turn()
+
+    def cancel_calls(self, reason: str) -> None:
+        """Signal every running call to stop (before its task sees CancelledError)."""
+        for token in list(self._tokens.values()):
+            token.cancel(reason)
+
+    def close(self) -> None:
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
+
+    def _relay(self, step_id: str, tool: str, call_id: str, span: SpanContext) -> ProgressRelay:
+        def emit(data: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+            return _emit(self._deps, "tool:update", data, span)
+
+        return ProgressRelay(
+            {"step_id": step_id, "tool": tool, "call_id": call_id},
+            emit,
+            self._loop,
+            self._loop_thread,
+            self._scheduler.start_task,
+        )
+
+    def _check_idle(self) -> None:
+        self._idle_check = None
+        calls = self._resources.thread_calls
+        if calls is not None and calls.handing_out:
+            # Threads are still starting the calls just handed out: write the log after.
+            self._idle_check = self._loop.call_later(calls.handoff_wait_s, self._check_idle)
+            return
+        scheduler = self._scheduler
+        running = scheduler.running
+        if (
+            self._idle is not None
+            and running
+            and running == self._in_tools
+            and not scheduler.has_ready
+            and not scheduler.stopping
+        ):
+            self._idle()
+
+
+class ProgressRelay:
+    """Carries one tool call's progress reports, from any thread, to `tool:update` events.
+
+    Reports are queued in order and emitted by one drain task at a time, owned by the
+    executor's TaskGroup. `close()` stops taking reports and returns the drain task
+    still emitting earlier ones (await it, so the `end` update always comes last).
+    One is made per tool call and most tools never report: it costs little until used.
+    """
+
+    __slots__ = ("_closed", "_emit", "_ids", "_items", "_loop", "_loop_thread", "_spawn", "_task")
+
+    def __init__(
+        self,
+        ids: dict[str, str],
+        emit: Callable[[dict[str, Any]], Awaitable[Any]],
+        loop: asyncio.AbstractEventLoop,
+        loop_thread: int,
+        spawn: Callable[[Any], asyncio.Task[None]],
+    ) -> None:
+        self._ids = ids
+        self._emit = emit
+        self._loop = loop
+        self._loop_thread = loop_thread
+        self._spawn = spawn
+        self._items: deque[tuple[str, dict[str, Any]]] | None = None  # made by a report
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def report(self, stage: str, payload: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._push(stage, payload)
+            return
+        # RuntimeError: the loop is closed, nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._push, stage, payload)
+
+    def _push(self, stage: str, payload: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        if self._items is None:
+            self._items = deque()
+        self._items.append((stage, payload))
+        if self._task is None or self._task.done():
+            self._task = self._spawn(self._drain())
+
+    async def _drain(self) -> None:
+        while self._items:  # a drain runs only after a report made the queue
+            stage, payload = self._items.popleft()
+            await self._emit({"stage": stage, **self._ids, **payload})
+
+    def close(self) -> asyncio.Task[None] | None:
+        # Reports a worker thread made before its tool returned are already queued: the
+        # loop runs their callbacks before the one that hands back the tool's result.
+        self._closed = True
+        task = self._task
+        return task if task is not None and not task.done() else None
+
+
+# -- one step -----------------------------------------------------------------------------------
+
+
+class StepRunner:
+    """Runs the steps of one pass: `run(step_id)` is the executor's `run_step`."""
+
+    def __init__(
+        self,
+        deps: ExecutionDeps,
+        state: ExecutionState,
+        policy: FailurePolicy,
+        scheduler: Executor,
+        resources: CallResources,
+        steps: Mapping[str, Step],
+        dependencies: Mapping[str, Sequence[str]],
+    ) -> None:
+        self.deps = deps
+        self.state = state
+        self.policy = policy
+        self.scheduler = scheduler
+        self._interest = _Interest(deps.run.events)
+        self.tools = ToolCaller(deps, resources, scheduler, self._interest)
+        self._steps = steps
+        self._dependencies = dependencies
+        config = deps.run.config
+        # Read per step: kept here, as a config model's attributes are slow to read.
+        self._max_attempts = 1 + config.step_max_retries
+        self._backoff_s = config.retry_backoff_s
+
+    async def run(self, step_id: str) -> bool:
+        """Run `step_id` to its end; True when it finished, False when it waits (suspended)
+        or was not started (the run's token was cancelled)."""
+        state = self.state
+        run = self.deps.run
+        if state.stop is None and run.cancellation.cancelled:
+            # The run's token was cancelled directly: its tools already see it; stop here too.
+            reason = run.cancellation.reason or "cancelled"
+            self.stop(Stop.CANCELLED, RunError(code=RunErrorCode.CANCELLED, message=reason))
+            return False
+        step = self._steps[step_id]
+        record = state.records[step_id]
+        deps = self._dependencies[step_id]
+        # A ready step's dependencies have all finished; look for the one that did not
+        # complete only when some step did not (a step may wait for dozens).
+        unsuccessful = state.unsuccessful
+        if unsuccessful and not unsuccessful.isdisjoint(deps):
+            for dep in deps:
+                dep_record = state.records.get(dep)
+                if dep_record is None or dep_record.status != "completed":
+                    span = run.span.child()
+                    await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
+                    return True
+        step_span = run.span.child()
+        try:
+            if step.tool is None:
+                await self._reasoning_step(step, record, step_span)
+            else:
+                await self._tool_step(step, record, step_span)
+        except asyncio.CancelledError:
+            if not state.cancelling:
+                raise
+            # This step was cancelled by the run (fail policy or cancel()), not from outside.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await self._finish(record, "cancelled", step_span, state.cancel_reason())
+        except Exception as exc:  # an engine fault on this step's path: fail the step, go on
+            log.exception("step failed inside the engine", step_id=step_id)
+            await self._finish(
+                record,
+                "failed",
+                step_span,
+                f"internal error while running the step: {type(exc).__name__}: {exc}",
+            )
+        status = record.status
+        if status == "failed" and (verdict := self.policy.after_failure(record, state)):
+            self.stop(verdict.stop, verdict.error)
+        return status in FINISHED
+
+    def close(self) -> None:
+        """At the end of the pass."""
+        self.tools.close()
+
+    def stop(self, stop: Stop, error: RunError | None = None) -> None:
+        """Start no more steps because of `stop`; a failed or cancelled run also cancels
+        the running ones."""
+        state = self.state
+        state.stop = stop
+        if error is not None:
+            state.error = error
+        if state.cancelling:
+            self.tools.cancel_calls(state.cancel_reason())
+            self.scheduler.abort()
+        else:
+            self.scheduler.drain()
+
+    # -- tool steps ---------------------------------------------------------------------
+    async def _tool_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+        registry = self.deps.registry
+        entry = registry.entry(step.tool or "")
+        if entry is None:
+            known = ", ".join(registry.names()) or "none"
+            await self._finish(
+                record, "failed", span, f"unknown tool {step.tool!r} (registered: {known})"
+            )
+            return
+        await self.tools.wait_turn(entry)
+        try:
+            args = (
+                resolve_references(step.args, self.state.outputs)
+                if step.referencing_args
+                else dict(step.args)
+            )
+        except Exception as exc:
+            await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
+            return
+        max_attempts = self._max_attempts
+        attempt = record.attempts
+        while True:
+            attempt += 1
+            if attempt > max_attempts:
+                await self._finish(
+                    record,
+                    "failed",
+                    span,
+                    f"gave up after {record.attempts} attempt(s) that never finished",
+                )
+                return
+            await self._start(record, span, attempts=attempt, args=args)
+            result, vetoed = await self.tools.call(step, record, entry, args, attempt, span)
+            if vetoed is not None:
+                _update(record, result=result)
+                await self._finish(record, "failed", span, vetoed)
+                return
+            if _worth_retrying(result) and attempt < max_attempts and self.state.stop is None:
+                delay = self._backoff_s * (2 ** (attempt - 1))
+                log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
+                _update(record, result=result)
+                if delay:
+                    await asyncio.sleep(delay)
+                continue
+            break
+        if result.metadata.get("error") == LLM_ASSIST_REQUIRED:
+            result = await self._llm_assist(result, span)
+        _update(record, result=result)
+        if result.status == "success":
+            self.state.outputs[step.id] = result.output
+            await self._finish(record, "completed", span)
+        elif result.status == "suspended":
+            await self._suspend_step(step, record, result, span)
+        else:
+            await self._finish(record, "failed", span, result.error or "the tool failed")
+
+    async def _llm_assist(self, result: ToolResult, span: SpanContext) -> ToolResult:
+        """The tool asked for the model's help (seed 000): one `step` call with its prompt."""
+        prompt = _assist_prompt(result.output)
+        metadata = {k: v for k, v in result.metadata.items() if k != "error"}
+        metadata["llm_assisted"] = True
+        if prompt is None:
+            return result.model_copy(
+                update={
+                    "status": "error",
+                    "error": "the tool asked for LLM assistance but gave no prompt in its output",
+                    "metadata": {**metadata, "error_code": LLM_ASSIST_REQUIRED, "retryable": False},
+                }
+            )
+        messages = [
+            {"role": "system", "content": _STEP_SYSTEM_PROMPT},
+            {"role": "user", "content": prompt},
+        ]
+        try:
+            answer = await self._complete(messages, span)
+        except (ModelError, HookVeto, TimeoutError) as exc:
+            return result.model_copy(
+                update={
+                    "status": "error",
+                    "error": f"LLM assistance failed: {_error_text(exc)}",
+                    "metadata": {**metadata, "error_code": LLM_ASSIST_REQUIRED, "retryable": False},
+                }
+            )
+        return ToolResult(
+            call_id=result.call_id,
+            tool_name=result.tool_name,
+            status="success",
+            output=answer,
+            metadata=metadata,
+        )
+
+    async def _suspend_step(
+        self, step: Step, record: StepRecord, result: ToolResult, span: SpanContext
+    ) -> None:
+        run = self.deps.run
+        suspension_id = str(result.metadata.get("suspension_id") or "") or _new_id()
+        result.metadata["suspension_id"] = suspension_id
+        suspension = Suspension(
+            suspension_id=suspension_id,
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            step_id=step.id,
+            tool_name=result.tool_name,
+            call_id=result.call_id,
+            args=record.args or {},
+            prompt=result.output,
+        )
+        if self.deps.suspend is not None:
+            await self.deps.suspend(suspension)
+        self.state.suspensions.append(suspension)
+        if self.state.stop is None:
+            self.stop(Stop.SUSPENDED)  # let running steps finish; start nothing new
+        record.status = "waiting"
+        record.reason = "waiting for a human decision"
+        await self._save(record)
+        if (emitting := self._emit_status(record, span)) is not None:
+            await emitting
+
+    # -- reasoning steps ----------------------------------------------------------------
+    async def _reasoning_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+        record.attempts += 1
+        await self._start(record, span)
+        run = self.deps.run
+        call_id = f"{run.run_id}:{step.id}:{record.attempts}"
+        limit = run.config.tool_result_max_length
+        outputs = self.state.outputs
+        inputs = {dep: outputs.get(dep) for dep in self._dependencies[step.id]}
+        messages = reasoning_messages(self.deps.query, step, inputs, limit)
+        try:
+            answer = await self._complete(messages, span.child())
+        except (ModelError, HookVeto, TimeoutError) as exc:
+            code = str(getattr(exc, "code", "") or "")
+            record.result = ToolResult(
+                call_id=call_id,
+                tool_name=REASONING_TOOL_NAME,
+                status="error",
+                error=_error_text(exc),
+                metadata={"error_code": code or "UNKNOWN", "retryable": False},
+            )
+            await self._finish(
+                record, "failed", span, f"the reasoning call failed: {_error_text(exc)}"
+            )
+            return
+        record.result = ToolResult(
+            call_id=call_id, tool_name=REASONING_TOOL_NAME, status="success", output=answer
+        )
+        outputs[step.id] = answer
+        await self._finish(record, "completed", span)
+
+    async def _complete(self, messages: list[dict[str, Any]], span: SpanContext) -> str:
+        deps = self.deps
+        if deps.llm is None or deps.model is None:
+            raise ModelError(
+                "this run has no LLM client (reasoning and LLM-assisted steps need one)",
+                ModelErrorCode.PROVIDER_NOT_CONFIGURED,
+            )
+        async with asyncio.timeout(deps.run.config.step_timeout_s):
+            result = await deps.llm.complete(
+                deps.run, phase="step", model=deps.model, messages=messages, span=span
+            )
+        return result.content
+
+    # -- records, persistence and events --------------------------------------------------
+    async def _start(self, record: StepRecord, span: SpanContext, **values: Any) -> None:
+        if record.started_at is None:
+            values["started_at"] = utcnow()
+        _update(record, status="in_progress", **values)
+        if self.deps.persist is not None:
+            await self.deps.persist(record)
+        if (emitting := self._emit_status(record, span)) is not None:
+            await emitting
+
+    async def _finish(
+        self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
+    ) -> None:
+        _update(record, status=status, reason=reason, ended_at=utcnow())
+        if status != "completed":
+            self.state.unsuccessful.add(record.step_id)
+        if self.deps.persist is not None:
+            await self.deps.persist(record)
+        if (emitting := self._emit_status(record, span)) is not None:
+            await emitting
+
+    async def _save(self, record: StepRecord) -> None:
+        if self.deps.persist is not None:
+            await self.deps.persist(record)
+
+    def _emit_status(self, record: StepRecord, span: SpanContext) -> Awaitable[Any] | None:
+        """The record's `step:status` event: the emission to await when a hook, subscriber
+        or stream sees it; else logged here, without a coroutine (one per step), unless
+        it is `in_progress`, which the run's event log never keeps."""
+        interest = self._interest.fresh()
+        if interest.status_listened:
+            return _emit(self.deps, "step:status", _status_data(record), span)
+        if interest.status_wanted and record.status != "in_progress":
+            # A finished step's event happened when the record says it ended.
+            self.deps.run.events.log_only(  # type: ignore[attr-defined]
+                "step:status", _status_data(record), span, record.ended_at
+            )
+        return None
+
+
+# -- prompts and helpers -----------------------------------------------------------------------
+
+_STEP_SYSTEM_PROMPT = (
+    "You carry out one step of a larger plan. Answer the step's task directly and "
+    "concisely from the inputs given; do not describe what you would do."
+)
+
+
+def reasoning_messages(
+    query: str, step: Step, inputs: Mapping[str, Any], max_length: int
+) -> list[dict[str, Any]]:
+    """The messages of a reasoning step's LLM call: the task and its inputs, each cut."""
+    task = step.description or "reason over the inputs"
+    parts = [f"Overall question: {query}" if query else "", f"Your task ({step.id}): {task}"]
+    if inputs:
+        parts.append("Inputs from earlier steps:")
+        for dep, output in inputs.items():
+            parts.append(f"[{dep}]\n{safe_stringify(output, max_length=max_length)}")
+    return [
+        {"role": "system", "content": _STEP_SYSTEM_PROMPT},
+        {"role": "user", "content": "\n\n".join(p for p in parts if p)},
+    ]
+
+
+def _assist_prompt(output: Any) -> str | None:
+    """The prompt of an LLM_ASSIST_REQUIRED result: `output` is a dict or its JSON text."""
+    data = output
+    if isinstance(output, str):
+        try:
+            data = json.loads(output)
+        except ValueError:
+            return output.strip() or None
+    if isinstance(data, Mapping):
+        prompt = data.get("prompt")
+        return str(prompt) if prompt else None
+    return None
+
+
+def _update(record: StepRecord, **values: Any) -> None:
+    """Set fields of a record the executor owns, skipping pydantic's per-assignment
+    handler (a few µs each, ten times per step); the values are of the declared types."""
+    record.__dict__.update(values)
+    record.__pydantic_fields_set__.update(values)
+
+
+def _status_data(record: StepRecord) -> dict[str, Any]:
+    """The data of a record's `step:status` event."""
+    values = record.__dict__  # one attribute read: a model's are slow
+    data: dict[str, Any] = {
+        "step_id": values["step_id"],
+        "tool": values["tool"],
+        "status": values["status"],
+        "attempt": values["attempts"],
+    }
+    if reason := values["reason"]:
+        data["reason"] = reason
+    return data
+
+
+def _call_context(
+    template: ExecutionContext,
+    fields: dict[str, Any],
+    *,
+    cancellation: CancellationToken,
+    reporter: Callable[..., None] | None,
+) -> ExecutionContext:
+    """The run's validated context with one call's fields and signals, not re-validated.
+
+    pydantic resolves every default on each instantiation (~20 µs for this model); a
+    1,000-step plan cannot afford that per call. `fields` are of their declared types.
+    """
+    return trusted(
+        ExecutionContext,
+        {**template.__dict__, **fields},
+        private={"_cancellation": cancellation, "_reporter": reporter},
+    )
+
+
+def _worth_retrying(result: ToolResult) -> bool:
+    if result.status != "error" or result.metadata.get("vetoed"):
+        return False
+    if result.retryable:
+        return True
+    # An exception the tool raised is retried unless a retry cannot change the answer.
+    return (
+        "exception_type" in result.metadata
+        and result.metadata.get("error_code") not in _NOT_RETRIED
+    )
+
+
+def _skip_reason(dep: str, record: StepRecord | None) -> str:
+    if record is None:
+        return f"skipped because step {dep} did not run"
+    if record.status == "failed":
+        return f"skipped because step {dep} failed: {record.reason}"
+    if record.status == "skipped":
+        return f"skipped because step {dep} was skipped"
+    return f"skipped because step {dep} is {record.status}"
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, HookVeto):
+        return f"vetoed by a {exc.event} hook: {exc.reason}"
+    if isinstance(exc, TimeoutError):
+        return "the step did not finish within step_timeout_s"
+    return getattr(exc, "message", None) or str(exc) or type(exc).__name__
+
+
+def _new_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
