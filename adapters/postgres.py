@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
+from pydantic import TypeAdapter
 
 from art.errors import (
     ConfigurationError,
@@ -174,9 +175,14 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+# A run's step records as the query aggregates them: [[step_id, record], ...], read as JSON
+# (so that bytes in outputs come back as bytes, see art.binary).
+_STEPS: TypeAdapter[list[tuple[str, StepRecord]]] = TypeAdapter(list[tuple[str, StepRecord]])
+
+
 def _load_run(data: str, steps: str) -> RunRecord:
     run = load_json(RunRecord, data)
-    run.steps = {step_id: StepRecord.model_validate(step) for step_id, step in json.loads(steps)}
+    run.steps = dict(_STEPS.validate_json(steps))
     return run
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from art.events import Event
     from art.instance import ArtInstance
-    from art.responses import AgentFinalResponse
+    from art.responses import AgentFinalResponse, StepRecord
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -579,6 +579,8 @@ async def _finish(
         console.print()
     for item in response.display:
         console.print(display_panel(item.tool_name, item.step_id, item.output))
+    for line in binary_lines(response.steps):
+        console.print(f"[dim]📎 {_escape(line)}[/]")
     console.print(summary_line(response, view.thread_id))
     return _exit_code(response)
 
@@ -1092,7 +1094,36 @@ def _display_body(output: Any) -> RenderableType:
             return table
     if isinstance(output, str):
         return Text(output)
-    return JSON(json.dumps(output, default=str))
+    if isinstance(output, bytes):
+        return Text(_shown(output))
+    return JSON(json.dumps(output, default=_shown))
+
+
+def _shown(value: Any) -> str:
+    """How a value JSON has no form for is shown: bytes described, the rest as text."""
+    from art.binary import describe_bytes
+
+    return describe_bytes(value) if isinstance(value, bytes) else str(value)
+
+
+def binary_lines(steps: Iterable[StepRecord]) -> list[str]:
+    """A line per completed step's binary output and per attachment (what `art run` lists
+    under the answer)."""
+    from art.binary import describe_attachments, describe_bytes, has_bytes
+    from art.serialization import safe_stringify
+
+    lines = []
+    for record in steps:
+        result = record.result
+        if record.status != "completed" or result is None:
+            continue
+        where = f"{record.step_id} ({record.tool or 'reasoning'})"
+        if isinstance(result.output, bytes):
+            lines.append(f"{where} output: {describe_bytes(result.output)}")
+        elif has_bytes(result.output):
+            lines.append(f"{where} output: {safe_stringify(result.output, max_length=200)}")
+        lines.extend(f"{where} {line}" for line in describe_attachments(result.metadata))
+    return lines
 
 
 def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableType:

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from art.binary import describe_bytes
+
 __all__ = [
     "REFERENCE_PATTERN",
     "STEP_ID_PATTERN",
@@ -277,6 +279,8 @@ def _resolve_string(text: str, outputs: Mapping[str, Any]) -> Any:
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return describe_bytes(value)  # bytes have no text form: a longer string names them
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     except (TypeError, ValueError):

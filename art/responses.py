@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from art._models import ArtModel
+from art.binary import JsonData, JsonDict
 from art.errors import ResponseError
 from art.plans import Plan
 from art.tooling import ToolResult
@@ -77,7 +78,7 @@ class StepRecord(ArtModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     # The arguments the step ran with, after references were resolved and hooks applied.
-    args: dict[str, Any] | None = None
+    args: JsonDict | None = None
     # Why a step failed or was skipped, in words the synthesis and the user can read.
     reason: str | None = None
 
@@ -89,7 +90,7 @@ class StepRecord(ArtModel):
 class DisplayOutput(ArtModel):
     step_id: str
     tool_name: str
-    output: Any = None
+    output: JsonData = None
 
 
 class AgentFinalResponse(ArtModel):

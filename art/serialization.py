@@ -4,7 +4,8 @@
 pydantic models, dataclasses, arbitrary objects) as JSON text where it can, and cuts
 the result with `truncate`, whose marker says how many characters were cut.
 `to_jsonable` is the strict counterpart the invocation path uses to normalize a
-successful output: it raises a TypeError naming what could not be converted.
+successful output (bytes are kept, see `art.binary`): it raises a TypeError naming
+what could not be converted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
+
+from art.binary import describe_bytes, has_bytes
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
@@ -113,14 +116,17 @@ def safe_stringify(value: Any, max_length: int = DEFAULT_MAX_LENGTH) -> str:
     """Render `value` as text for an LLM prompt, at most `max_length` characters; never raises.
 
     Strings are returned as they are (not JSON-quoted); everything else becomes JSON
-    text: None is `null`, bytes are decoded as UTF-8 (undecodable bytes escaped),
-    datetimes are ISO strings, sets are sorted lists, pydantic models and dataclasses
-    are objects, a circular reference is `"<circular reference>"`, and anything else
-    falls back to its `repr` (as a JSON string).
+    text: None is `null`, bytes are described, never shown (`<binary data: 2,048 bytes,
+    image/png>`, see `art.binary`), datetimes are ISO strings, sets are sorted lists,
+    pydantic models and dataclasses are objects, a circular reference is
+    `"<circular reference>"`, and anything else falls back to its `repr` (as a JSON
+    string).
     """
     try:
         if isinstance(value, str):
             text = value
+        elif isinstance(value, bytes | bytearray | memoryview):
+            text = describe_bytes(value)
         elif type(value) is int and value.bit_length() <= _MAX_INT_BITS:
             text = str(value)  # what the encoder writes, without its setup (one per step)
         else:
@@ -146,13 +152,16 @@ def context_text(system_context: Mapping[str, Any]) -> str:
 
 
 def to_jsonable(value: Any) -> Any:
-    """`value` as JSON-compatible Python data (dicts, lists, str, numbers, bool, None).
+    """`value` as JSON-compatible Python data (dicts, lists, str, numbers, bool, None),
+    and bytes, which are kept as they are (`art.binary` carries them through JSON).
 
     Tuples and sets become lists, datetimes ISO strings, pydantic models and
     dataclasses dicts. Raises TypeError when something cannot be converted (an
-    arbitrary object, a circular reference, bytes that are not UTF-8, ...).
+    arbitrary object, a circular reference, ...).
     """
     try:
+        if has_bytes(value):
+            return _jsonable_keeping_bytes(value)
         return to_jsonable_python(value)
     except Exception as exc:
         raise TypeError(
@@ -160,6 +169,16 @@ def to_jsonable(value: Any) -> Any:
             "use dicts, lists, strings, numbers, booleans and None "
             "(or pydantic models / dataclasses made of them)"
         ) from exc
+
+
+def _jsonable_keeping_bytes(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, Mapping):
+        return {str(to_jsonable_python(k)): _jsonable_keeping_bytes(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable_keeping_bytes(item) for item in value]
+    return to_jsonable_python(value)
 
 
 def _plain(value: Any, depth: int, active: set[int]) -> Any:
@@ -173,7 +192,7 @@ def _plain(value: Any, depth: int, active: set[int]) -> Any:
     if isinstance(value, float):
         return float(value) if math.isfinite(value) else str(value)
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", errors="backslashreplace")
+        return describe_bytes(value)
     if isinstance(value, enum.Enum):
         return _plain(value.value, depth, active)
     if depth >= _MAX_DEPTH:

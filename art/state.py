@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from art._models import ArtModel
+from art.binary import JsonData, JsonDict
 from art.plans import Plan
 from art.responses import ConversationMessage, RunError, StepRecord, utcnow
 from art.usage import TokenUsage
@@ -63,9 +64,9 @@ class Suspension(ArtModel):
     step_id: str
     tool_name: str
     call_id: str
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonDict = Field(default_factory=dict)
     # What the tool returned with its suspended result: the question for the human.
-    prompt: Any = None
+    prompt: JsonData = None
     created_at: datetime = Field(default_factory=utcnow)
     decision: dict[str, Any] | None = None
     decided_at: datetime | None = None

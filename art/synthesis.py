@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from art.binary import describe_attachments
 from art.responses import ConversationMessage, Source, StepRecord
 from art.serialization import context_text, safe_stringify
 
@@ -126,6 +127,11 @@ def _step_text(record: StepRecord, descriptions: Mapping[str, str], data: Synthe
         limit = data.limits.get(record.step_id, data.max_length)
         output = safe_stringify(record.output, max_length=limit)
         note = " (approved by a human reviewer)" if metadata.get("decision") == "approved" else ""
+        attached = describe_attachments(metadata)
+        if attached:  # their bytes never reach the model: it learns what was attached
+            output += "\nAttached (shown to the user, not to you):\n" + "\n".join(
+                f"- {line}" for line in attached
+            )
         return f"{head}: completed{note}. Output:\n{output}"
     if record.status == "failed":
         if metadata.get("rejected"):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from art._models import ArtModel
+from art.binary import JsonData, JsonDict
 from art.spans import SpanContext
 
 ExecutionMode = Literal["functional", "immediate", "blocking", "display"]
@@ -46,6 +47,9 @@ class ToolSchema(ArtModel):
 class ToolResult(ArtModel):
     """What a tool returns. `output` is the data carrier; nothing else is read as data.
 
+    `output` and `metadata` may hold bytes (attachments go in `metadata["attachments"]`
+    as `{"name", "media_type", "data"}`); see `art.binary`.
+
     Unknown fields are refused, so `ToolResult(..., data=x)` fails loudly instead of
     dropping `x` (extra information belongs in `metadata`).
     """
@@ -55,9 +59,9 @@ class ToolResult(ArtModel):
     call_id: str
     tool_name: str
     status: ToolStatus
-    output: Any = None
+    output: JsonData = None
     error: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonDict = Field(default_factory=dict)
 
     @property
     def error_code(self) -> str | None:

@@ -231,17 +231,25 @@ async def test_a_started_step_reads_back_as_it_was_saved(storage: StorageAdapter
     assert read.result is None and read.tool == "calculator"
 
 
-async def test_outputs_json_cannot_carry_are_stored_as_text(storage: StorageAdapter) -> None:
+async def test_outputs_json_cannot_carry_are_stored_as_text_and_bytes_as_bytes(
+    storage: StorageAdapter,
+) -> None:
     run = make_run("t-odd")
     await storage.create_run(run)
-    step = completed_step("s1", {"tags": {"b"}, "raw": b"bytes", "obj": object()})
+    png = b"\x89PNG\r\n\x1a\n\x00\xff"
+    step = completed_step("s1", {"tags": {"b"}, "raw": b"bytes", "png": png, "obj": object()})
+    attachment = {"name": "a.png", "media_type": "image/png", "data": png}
+    step.result.metadata["attachments"] = [attachment]
+    step.args = {"blob": png}
     await storage.save_step(run.run_id, step)
 
     loaded = await storage.get_run(run.run_id)
     assert loaded is not None
-    output = loaded.steps["s1"].output
-    assert output["tags"] == ["b"] and output["raw"] == "bytes"
-    assert output["obj"].startswith("<object object")
+    read = loaded.steps["s1"]
+    output = read.output
+    assert output["tags"] == ["b"] and output["obj"].startswith("<object object")
+    assert output["raw"] == b"bytes" and output["png"] == png  # bytes stay bytes
+    assert read.result.metadata["attachments"][0]["data"] == png and read.args == {"blob": png}
 
 
 # Made afresh for each test: the test edits them.

@@ -1,0 +1,147 @@
+"""Binary data in tool outputs and metadata (seed 000's attachments).
+
+A tool may return bytes anywhere in `ToolResult.output` or `metadata` (an image, a PDF,
+a file's raw content; attachments by convention in `metadata["attachments"]` as
+`{"name", "media_type", "data": bytes}`). In Python they stay `bytes`; in JSON (stored
+records, `model_dump(mode="json")`, the CLI's `--json`) each is the object
+`{"$bytes": "<base64>"}`, read back as `bytes`. An LLM never receives the bytes: prompts
+describe them (`<binary data: 2,048 bytes, image/png>`).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, ValidationInfo
+
+__all__ = [
+    "BYTES_KEY",
+    "JsonData",
+    "JsonDict",
+    "bytes_from_json",
+    "bytes_to_json",
+    "describe_attachments",
+    "describe_bytes",
+    "has_bytes",
+    "media_type",
+]
+
+#: The key of the one-key object that stands for bytes in JSON.
+BYTES_KEY = "$bytes"
+_BINARY = (bytes, bytearray, memoryview)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"\x1f\x8b", "application/gzip"),
+)
+
+
+def media_type(data: bytes) -> str:
+    """The media type the first bytes of `data` announce, else application/octet-stream."""
+    for magic, kind in _MAGIC:
+        if data.startswith(magic):
+            return kind
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+def describe_bytes(data: bytes | bytearray | memoryview, kind: str | None = None) -> str:
+    """What a prompt says instead of the bytes: `<binary data: 2,048 bytes, image/png>`."""
+    raw = bytes(data)
+    return f"<binary data: {len(raw):,} bytes, {kind or media_type(raw)}>"
+
+
+def describe_attachments(metadata: Mapping[str, Any]) -> list[str]:
+    """A line per attachment in `metadata["attachments"]`: its name and what it holds."""
+    attachments = metadata.get("attachments")
+    if not isinstance(attachments, list | tuple):
+        return []
+    lines = []
+    for number, attachment in enumerate(attachments, start=1):
+        if isinstance(attachment, _BINARY):
+            lines.append(f"attachment {number}: {describe_bytes(attachment)}")
+        elif isinstance(attachment, Mapping):
+            name = attachment.get("name") or f"attachment {number}"
+            data = attachment.get("data")
+            kind = attachment.get("media_type")
+            what = (
+                describe_bytes(data, kind if isinstance(kind, str) else None)
+                if isinstance(data, _BINARY)
+                else "<no data>"
+            )
+            lines.append(f"{name}: {what}")
+    return lines
+
+
+def has_bytes(value: Any) -> bool:
+    """Whether `value` holds bytes anywhere in its dicts, lists and tuples."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return False
+    if isinstance(value, _BINARY):
+        return True
+    if isinstance(value, Mapping):
+        return any(type(item) not in _SCALARS and has_bytes(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(type(item) not in _SCALARS and has_bytes(item) for item in value)
+    return False
+
+
+def bytes_to_json(value: Any) -> Any:
+    """`value` with every bytes value replaced by `{"$bytes": base64}`; `value` itself
+    when it holds none."""
+    if not has_bytes(value):
+        return value
+    return _encoded(value)
+
+
+def _encoded(value: Any) -> Any:
+    if isinstance(value, _BINARY):
+        return {BYTES_KEY: base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {key: _encoded(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encoded(item) for item in value]
+    return value
+
+
+def bytes_from_json(value: Any) -> Any:
+    """`value` with every `{"$bytes": base64}` object replaced by the bytes it stands for."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        if len(value) == 1 and isinstance(value.get(BYTES_KEY), str):
+            try:
+                return base64.b64decode(value[BYTES_KEY], validate=True)
+            except ValueError:
+                return value  # not ours: an object that happens to use the key
+        return {key: bytes_from_json(item) for key, item in value.items()}
+    if kind is list:
+        return [bytes_from_json(item) for item in value]
+    return value
+
+
+def _from_json(value: Any, info: ValidationInfo) -> Any:
+    # Only JSON input can hold the markers; values built in Python are left alone.
+    return bytes_from_json(value) if info.mode == "json" else value
+
+
+#: A model field of arbitrary data that may hold bytes: JSON carries them losslessly.
+JsonData = Annotated[
+    Any, BeforeValidator(_from_json), PlainSerializer(bytes_to_json, when_used="json")
+]
+#: The same for a dict of such data (`ToolResult.metadata`, a step's arguments).
+JsonDict = Annotated[
+    dict[str, Any],
+    BeforeValidator(_from_json),
+    PlainSerializer(bytes_to_json, when_used="json"),
+]
