@@ -265,6 +265,7 @@ class MemoryStorage(StorageAdapter):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int | None = None,
+        after_seq: int | None = None,
     ) -> list[StoredEvent]:
         wanted = set(names) if names is not None else None
         since_key = as_utc(since) if since is not None else None
@@ -276,6 +277,8 @@ class MemoryStorage(StorageAdapter):
         for seq, name, moment, text in rows:
             if limit is not None and len(found) >= limit:
                 break
+            if after_seq is not None and seq <= after_seq:
+                continue
             if wanted is not None and name not in wanted:
                 continue
             if since_key is not None and moment < since_key:

@@ -510,8 +510,12 @@ class PostgresStorage(StorageAdapter):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int | None = None,
+        after_seq: int | None = None,
     ) -> list[StoredEvent]:
         where, args = ["thread_id = %s"], [thread_id]
+        if after_seq is not None:
+            where.append("seq > %s")
+            args.append(after_seq)
         if names is not None:
             names = list(names)
             if not names:

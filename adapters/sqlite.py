@@ -799,8 +799,12 @@ class SQLiteStorage(StorageAdapter):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int | None = None,
+        after_seq: int | None = None,
     ) -> list[StoredEvent]:
         where, args = ["thread_id = ?"], [thread_id]
+        if after_seq is not None:
+            where.append("seq > ?")
+            args.append(after_seq)
         if names is not None:
             names = list(names)
             if not names:

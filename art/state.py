@@ -195,8 +195,10 @@ class StorageAdapter(ABC):
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int | None = None,
+        after_seq: int | None = None,
     ) -> list[StoredEvent]:
-        """The thread's events in emission order, filtered by name and time."""
+        """The thread's events in emission order, filtered by name and time; with
+        `after_seq`, only those whose `seq` is greater (what a reader has not seen yet)."""
 
     # -- threads ------------------------------------------------------------------
     @abstractmethod

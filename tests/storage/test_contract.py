@@ -620,6 +620,14 @@ async def test_event_log_queries_by_name_time_and_limit(storage: StorageAdapter)
     assert await storage.query_events("t-events", names=[]) == []
     assert await storage.query_events("t-nobody") == []
 
+    # What a reader that has seen up to seqs[1] is missing (a reconnecting event stream).
+    missed = await storage.query_events("t-events", after_seq=seqs[1])
+    assert [e.name for e in missed] == names[2:]
+    assert await storage.query_events("t-events", after_seq=seqs[-1]) == []
+    assert [e.name for e in await storage.query_events("t-events", after_seq=seqs[1], limit=1)] == [
+        names[2]
+    ]
+
 
 async def test_event_times_compare_as_instants_whatever_their_zone(
     storage: StorageAdapter,
