@@ -444,6 +444,12 @@ def mcp_command(
     )
 
 
+# `art serve`: its options and logic live with the server (art/server/command.py).
+from art.server import command as _serve  # noqa: E402
+
+app.command("serve")(_serve.serve_command)
+
+
 def main() -> None:
     """Console-script entry point (`art = "art.cli:main"`)."""
     app()

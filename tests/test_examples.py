@@ -232,3 +232,16 @@ def test_every_example_is_exercised_here():
     source = Path(__file__).read_text()
     for script in EXAMPLES.glob("*.py"):
         assert f'"{script.name}"' in source, f"{script.name} has no test in {__file__}"
+
+
+@pytest.mark.slow
+def test_http_api(tmp_path):
+    out = _ok(run_example("http_api.py", cwd=tmp_path))
+    assert re.search(r"serving on http://127\.0\.0\.1:\d+/", out)
+    assert re.search(r"POST /threads/refund-1234/runs -> 202, run [0-9a-f]{32}", out)
+    assert "event step:status s3 waiting" in out
+    assert "-> Pay the refund of $120? approving" in out
+    assert out.index("event session:end  suspended") < out.index("event resumed s3")
+    assert "event buffer:flush" in out
+    assert "status: completed; answer: The $120 refund was approved and paid." in out
+    assert "display: [['3 x $40', 120]]" in out

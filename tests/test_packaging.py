@@ -48,6 +48,10 @@ def test_wheel_has_one_top_level_name_with_tools_and_adapters_inside(tmp_path):
         "art/adapters/sqlite.py",
         "art/testing/plugin.py",
         "art/py.typed",
+        "art/server/app.py",
+        "art/server/static/index.html",
+        "art/server/static/app.js",
+        "art/server/static/inspector.css",
     ):
         assert module in names
     assert not any(name.startswith(("tools/", "adapters/", "tests/")) for name in names)

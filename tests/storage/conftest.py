@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -76,19 +76,26 @@ def _with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path=f"/{database}"))
 
 
-@pytest.fixture
-def postgres_database(postgres_server: str) -> Iterator[str]:
-    """A fresh, empty database on the test server, dropped after the test."""
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """The URL of a new, empty database on the server at `server_url`, dropped after."""
     import psycopg
 
     name = f"art_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
+    with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield _with_database(postgres_server, name)
+        yield _with_database(server_url, name)
     finally:
-        with psycopg.connect(postgres_server, autocommit=True) as conn:
+        with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_database(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test server, dropped after the test."""
+    with fresh_database(postgres_server) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

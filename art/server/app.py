@@ -1,0 +1,156 @@
+"""create_app: an art engine behind an HTTP API (FastAPI), with the inspector at `/`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import FileResponse, Response
+from starlette.staticfiles import StaticFiles
+
+import art
+from art.config import ArtInstanceConfig
+from art.instance import ArtInstance
+from art.redaction import redact, secrets_from_params
+from art.server import agui, openai
+from art.server.api import router
+from art.server.context import ServerContext
+from art.server.feed import EventFeed
+from art.server.journal import EventJournal, JournaledStorage
+from art.server.problems import install_problem_handlers
+from art.server.runs import RunManager
+from art.server.security import KeyCheck, RequestGuard, allowed_hosts
+from art.server.settings import ServerSettings
+
+__all__ = ["STATIC_DIR", "create_app"]
+
+STATIC_DIR = Path(__file__).with_name("static")
+# The inspector page may load only its own files and talk only to this server.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def create_app(
+    config: ArtInstanceConfig | None = None,
+    *,
+    settings: ServerSettings | None = None,
+    **fields: Any,
+) -> FastAPI:
+    """An ASGI app serving an engine built from `config` and/or `fields` (what
+    `art.create_art_instance` takes: model, tools, storage, ...).
+
+    The engine is `app.state.context.instance` (add hooks there). Storage is opened when
+    the app starts and closed when it stops, after its runs had `settings.grace_s` to end.
+    """
+    settings = settings or ServerSettings()
+    settings.check_exposure()
+    instance, journal = _build_instance(config, fields)
+    context = ServerContext(
+        settings=settings,
+        instance=instance,
+        journal=journal,
+        feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
+        runs=RunManager(instance, journal),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await instance.storage.open()
+        try:
+            yield
+        finally:
+            await context.runs.shutdown(settings.grace_s)
+            await instance.aclose()  # closes the storage when the instance opened it
+
+    app = FastAPI(
+        title="art",
+        version=art.__version__,
+        summary="A Plan-Execute-Synthesize agent engine over HTTP.",
+        description=(
+            "Threads, runs, live event streams (SSE with Last-Event-ID replay), human "
+            "approvals, plans and tools; the AG-UI protocol at /ag-ui; an OpenAI-compatible "
+            "/v1/chat/completions. Errors are problem details (RFC 9457). See docs/server.md."
+        ),
+        lifespan=lifespan,
+        root_path=settings.root_path,
+        redoc_url=None,
+    )
+    app.state.context = context
+    install_problem_handlers(app)
+    keys = [Depends(KeyCheck(settings.api_keys))]
+    app.include_router(router, dependencies=keys)
+    app.include_router(agui.router, dependencies=keys)
+    app.include_router(openai.router, dependencies=keys)
+    _add_inspector(app)
+
+    @app.get("/healthz", tags=["server"], include_in_schema=True)
+    async def healthz() -> Mapping[str, str]:
+        """Liveness (no key needed): `ok`, or `draining` while the server shuts down."""
+        return {"status": "draining" if context.runs.draining else "ok"}
+
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=settings.max_body_bytes,
+        max_url_chars=settings.max_url_chars,
+        hosts=allowed_hosts(settings),
+    )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["Location", "Retry-After"],
+            max_age=600,
+        )
+    return app
+
+
+def _build_instance(
+    config: ArtInstanceConfig | None, fields: dict[str, Any]
+) -> tuple[ArtInstance, EventJournal]:
+    """The engine, on a storage whose event log is the server's journal."""
+    instance = ArtInstance(config, **fields)
+    secrets = secrets_from_params(instance.config.llm_params)
+    journal = EventJournal(instance.storage, functools.partial(redact, secrets=secrets))
+    instance.storage = JournaledStorage(instance.storage, journal)
+    instance.events.subscribe(journal.record)
+    return instance, journal
+
+
+def _add_inspector(app: FastAPI) -> None:
+    index = STATIC_DIR / "index.html"
+
+    @app.get("/", include_in_schema=False)
+    async def inspector() -> Response:
+        return FileResponse(index, headers=_PAGE_HEADERS)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(status_code=204)
+
+    static = StaticFiles(directory=STATIC_DIR)
+
+    async def static_files(scope: Any, receive: Any, send: Any) -> None:
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *((k.lower().encode(), v.encode()) for k, v in _PAGE_HEADERS.items()),
+                ]
+            await send(message)
+
+        await static(scope, receive, with_headers)
+
+    app.mount("/static", static_files, name="static")

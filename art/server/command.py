@@ -1,0 +1,179 @@
+"""The `art serve` command (registered in art/cli.py). Imports the server only when run."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["serve_command"]
+
+
+def serve_command(
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            metavar="HOST",
+            help="Address to listen on. Beyond loopback, API keys are required.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", "-p", metavar="PORT", help="Port (0: a free one).")
+    ] = 8000,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", metavar="MODEL", help="litellm model name (default: $ART_MODEL)."
+        ),
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage",
+            "-s",
+            metavar="URL",
+            help="memory://, sqlite:///path.db or postgresql://... (default: $ART_STORAGE). "
+            "Several servers on one PostgreSQL serve the same threads.",
+        ),
+    ] = None,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tools",
+            "-t",
+            metavar="MODULE:ATTR",
+            help="module:attr (or file.py:attr): a tool, a list of tools or a factory. "
+            "Repeatable. Replaces the built-in tools.",
+        ),
+    ] = None,
+    api_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            metavar="KEY",
+            help="A key clients send as 'Authorization: Bearer KEY' (16+ characters). "
+            "Repeatable. Default: $ART_API_KEYS (comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Listen beyond loopback without keys (only behind a proxy that "
+            "authenticates every request).",
+        ),
+    ] = False,
+    cors_origins: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            metavar="ORIGIN",
+            help="A web origin allowed to call the API from its pages ('*': any). Repeatable.",
+        ),
+    ] = None,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="A Host name the server answers to (default without keys: loopback "
+            "names only). Repeatable.",
+        ),
+    ] = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            metavar="SECONDS",
+            help="On SIGTERM, how long runs may take to finish before they are "
+            "interrupted (the same query continues an interrupted run).",
+        ),
+    ] = 25.0,
+    max_body_bytes: Annotated[
+        int, typer.Option("--max-body-bytes", metavar="N", help="Largest request body.")
+    ] = 1_048_576,
+    max_query_chars: Annotated[
+        int, typer.Option("--max-query-chars", metavar="N", help="Longest query.")
+    ] = 32_000,
+    root_path: Annotated[
+        str,
+        typer.Option(
+            "--root-path", metavar="PATH", help="The path prefix a proxy serves art under."
+        ),
+    ] = "",
+    proxy_headers: Annotated[
+        bool,
+        typer.Option(
+            "--proxy-headers",
+            help="Trust X-Forwarded-For/-Proto from the addresses of --forwarded-allow-ips.",
+        ),
+    ] = False,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            metavar="IPS",
+            help="Comma-separated proxy addresses trusted with --proxy-headers.",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level", metavar="LEVEL", help="uvicorn's log level (info, warning, ...)."
+        ),
+    ] = "info",
+) -> None:
+    """Serve the agent over HTTP: a REST API with live event streams (SSE), the AG-UI
+    protocol at /ag-ui, an OpenAI-compatible /v1/chat/completions, and the run inspector
+    at /. Docs: docs/server.md"""
+    from art.cli import CliError, load_tools
+    from art.errors import ConfigurationError
+
+    try:
+        if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn", "sse_starlette")):
+            raise CliError(
+                "CONFIG_ERROR", 'art serve needs the server extra: pip install "art-pes[server]"'
+            )
+        from art.server.app import create_app
+        from art.server.settings import ServerSettings, keys_from_env
+
+        settings = ServerSettings(
+            host=host,
+            port=port,
+            api_keys=list(api_keys or keys_from_env()),
+            allow_unauthenticated=no_auth,
+            cors_origins=list(cors_origins or []),
+            allowed_hosts=list(allowed_hosts or []),
+            grace_s=grace,
+            max_body_bytes=max_body_bytes,
+            max_query_chars=max_query_chars,
+            root_path=root_path.rstrip("/"),
+        )
+        fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
+        if model:
+            fields["model"] = model
+        if storage:
+            fields["storage"] = storage
+        app = create_app(settings=settings, **fields)
+    except (CliError, ConfigurationError) as exc:
+        code = exc.code if isinstance(exc, CliError) else str(exc.code)
+        typer.echo(f"error {code}: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+
+    from art.server.serve import serve
+
+    serve(
+        app,
+        log_level=log_level,
+        proxy_headers=proxy_headers,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
+
+
+def _builtin_tools() -> list[object]:
+    from art.tools import builtin_tools
+
+    return list(builtin_tools())

@@ -1,0 +1,194 @@
+"""Errors as problem details (RFC 9457, `application/problem+json`), never a stack trace.
+
+Every error the API returns has `type`, `title`, `status`, `detail`, `instance` (the
+request path) and `code`, a stable machine-readable name (`THREAD_BUSY`, `NOT_FOUND`,
+`VALIDATION_ERROR`, ...). An unexpected failure is logged with an id and answered with
+that id only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from art._log import get_logger
+from art.errors import ArtError, ConfigurationError, RunErrorCode, SuspensionError
+
+__all__ = [
+    "PROBLEM_MEDIA_TYPE",
+    "Problem",
+    "ProblemBody",
+    "install_problem_handlers",
+    "problem_response",
+]
+
+log = get_logger("art.server")
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+# The HTTP status of each art error code the API can meet.
+_STATUS_OF_CODE: dict[str, int] = {
+    RunErrorCode.THREAD_BUSY: 409,
+    RunErrorCode.SUSPENSION_NOT_FOUND: 404,
+    RunErrorCode.SUSPENSION_ALREADY_DECIDED: 409,
+    "INVALID_DECISION": 422,
+    RunErrorCode.PLAN_INVALID: 422,
+    "CONFIG_ERROR": 422,
+}
+_CODE_OF_STATUS: dict[int, str] = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    406: "NOT_ACCEPTABLE",
+    409: "CONFLICT",
+    413: "CONTENT_TOO_LARGE",
+    414: "URI_TOO_LONG",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "VALIDATION_ERROR",
+    429: "TOO_MANY_REQUESTS",
+    500: "INTERNAL_ERROR",
+    501: "NOT_IMPLEMENTED",
+    502: "BAD_GATEWAY",
+    503: "UNAVAILABLE",
+}
+
+
+class ProblemBody(BaseModel):
+    """The JSON body of every error response."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    code: str = Field(description="A stable machine-readable name of the error.")
+    errors: list[dict[str, Any]] | None = Field(
+        default=None, description="What was wrong with the request, field by field."
+    )
+    retry_after_s: float | None = None
+
+
+class Problem(Exception):
+    """Raised by a handler to answer with a problem document."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        code: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+        retry_after_s: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.code = code or _CODE_OF_STATUS.get(status, "ERROR")
+        self.errors = errors
+        self.retry_after_s = retry_after_s
+        self.headers = dict(headers or {})
+        if retry_after_s is not None:
+            self.headers.setdefault("Retry-After", str(max(1, round(retry_after_s))))
+
+
+def problem_response(problem: Problem, instance: str | None = None) -> Response:
+    """The response for `problem`."""
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": _title(problem.status),
+        "status": problem.status,
+        "detail": problem.detail,
+        "instance": instance,
+        "code": problem.code,
+    }
+    if problem.errors is not None:
+        body["errors"] = problem.errors
+    if problem.retry_after_s is not None:
+        body["retry_after_s"] = problem.retry_after_s
+    return JSONResponse(
+        body, status_code=problem.status, headers=problem.headers, media_type=PROBLEM_MEDIA_TYPE
+    )
+
+
+def from_art_error(exc: ArtError) -> Problem:
+    """The problem an `ArtError` raised while serving a request stands for."""
+    code = str(exc.code)
+    status = _STATUS_OF_CODE.get(code)
+    if status is None:
+        status = 422 if isinstance(exc, ConfigurationError | SuspensionError) else 500
+    retry = getattr(exc, "retry_after_s", None)
+    problems = getattr(exc, "problems", None)
+    errors = [{"msg": str(p)} for p in problems] if problems else None
+    return Problem(status, exc.message, code=code, errors=errors, retry_after_s=retry)
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    # Never echo the input back: it may be large, or a secret pasted in the wrong field.
+    return [
+        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
+        for error in exc.errors()
+    ]
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Answer every error, expected or not, with a problem document."""
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Problem)
+        return problem_response(exc, request.url.path)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else _title(exc.status_code)
+        return problem_response(
+            Problem(exc.status_code, detail, headers=dict(exc.headers or {})), request.url.path
+        )
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        errors = _field_errors(exc)
+        where = ", ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in errors)
+        return problem_response(
+            Problem(422, f"the request is not valid ({where})", errors=errors), request.url.path
+        )
+
+    async def on_art_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ArtError)
+        return problem_response(from_art_error(exc), request.url.path)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        incident = uuid.uuid4().hex[:12]
+        log.error(
+            "request failed",
+            incident=incident,
+            path=request.url.path,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
+        detail = f"the server failed to answer; the failure is logged as incident {incident}"
+        return problem_response(Problem(500, detail), request.url.path)
+
+    app.add_exception_handler(Problem, on_problem)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(ArtError, on_art_error)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,232 @@
+"""RunManager: the runs this server executes, owned by the server rather than by requests.
+
+A run started through the API is a task of the manager's: the request that started it
+may wait for it, stream it or go away; the run finishes and is stored either way. At
+shutdown the manager gives its runs `grace_s` to finish, then cancels the rest, which
+leaves them as a crash would (status `running`, finished steps stored): the same query
+on the same thread continues them, on this server or another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from art._log import get_logger
+from art.errors import ArtError, RunErrorCode
+from art.events import Event
+from art.instance import ArtInstance
+from art.responses import AgentFinalResponse
+from art.server.journal import EventJournal
+from art.server.problems import Problem
+from art.state import RunRecord, StoredEvent
+from art.suspension import Decision
+
+__all__ = ["ActiveRun", "RunManager"]
+
+log = get_logger("art.server")
+
+
+@dataclass
+class ActiveRun:
+    """A run (or a resume) this process is executing."""
+
+    thread_id: str
+    task: asyncio.Task[AgentFinalResponse]
+    #: When it was launched: every event of its session is stored with a later time.
+    since: datetime
+    run_id: str | None = None
+    started: asyncio.Future[str] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    async def wait(self) -> AgentFinalResponse:
+        """The run's response, without cancelling the run if the caller is cancelled."""
+        await asyncio.wait({self.task})
+        return self.task.result()
+
+
+class RunManager:
+    """Starts, tracks, cancels and drains the runs of one instance."""
+
+    def __init__(self, instance: ArtInstance, journal: EventJournal) -> None:
+        self.instance = instance
+        self.journal = journal
+        self._active: dict[str, ActiveRun] = {}
+        self._deadline: float | None = None
+        self._unsubscribe = instance.events.subscribe(self._on_event)
+
+    @property
+    def draining(self) -> bool:
+        return self._deadline is not None
+
+    def executing(self, thread_id: str) -> ActiveRun | None:
+        """The run this process executes on `thread_id`, if any."""
+        return self._active.get(thread_id)
+
+    # -- starting -------------------------------------------------------------------------
+    async def start(
+        self, thread_id: str, query: str, options: Mapping[str, Any] | None = None
+    ) -> ActiveRun:
+        """Start `query` on `thread_id`; returns once the run exists (its id is known).
+
+        Raises Problem 409 THREAD_BUSY when another run holds the thread (here or in
+        another process), 503 while the server shuts down."""
+        return await self._launch(thread_id, self.instance.aprocess(query, thread_id, options))
+
+    async def resume(
+        self,
+        thread_id: str,
+        suspension_id: str,
+        decision: Decision,
+        options: Mapping[str, Any] | None = None,
+    ) -> ActiveRun:
+        """Record `decision` and continue the suspended run (see `start`). Raises the
+        engine's SuspensionError for an unknown or already-decided suspension."""
+        coro = self.instance.aresume_execution(thread_id, suspension_id, decision, options)
+        return await self._launch(thread_id, coro)
+
+    async def _launch(
+        self, thread_id: str, coro: Coroutine[Any, Any, AgentFinalResponse]
+    ) -> ActiveRun:
+        if self.draining:
+            coro.close()
+            raise Problem(503, "the server is shutting down; retry on another server")
+        if thread_id in self._active:
+            coro.close()
+            raise _busy(thread_id)
+        since = datetime.now(UTC)
+        task = asyncio.get_running_loop().create_task(coro, name=f"art-run-{thread_id}")
+        active = ActiveRun(thread_id, task, since)
+        self._active[thread_id] = active
+        task.add_done_callback(lambda _: self._ended(active))
+        either: set[asyncio.Future[Any]] = {task, active.started}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if active.started.done() and not active.started.cancelled():
+            active.run_id = active.started.result()
+            return active
+        # The run ended before a session started: the thread was busy, or the engine
+        # refused the call (an unknown suspension, bad options); that is the caller's answer.
+        response = task.result()
+        error = response.metadata.error
+        if error is not None and error.code == RunErrorCode.THREAD_BUSY:
+            raise _busy(thread_id, error.message, error.retry_after_s)
+        active.run_id = response.metadata.run_id
+        return active
+
+    def _on_event(self, event: Event) -> None:
+        if event.name != "session:start" or event.thread_id is None:
+            return
+        active = self._active.get(event.thread_id)
+        if active is not None and not active.started.done() and event.run_id is not None:
+            active.started.set_result(event.run_id)
+
+    def _ended(self, active: ActiveRun) -> None:
+        if self._active.get(active.thread_id) is active:
+            del self._active[active.thread_id]
+        if not active.started.done():
+            active.started.cancel()
+        task = active.task
+        error = None if task.cancelled() else task.exception()
+        # An ArtError (a decided suspension, bad options) is the caller's answer, not a fault.
+        if error is not None and not isinstance(error, ArtError):
+            log.error("run task failed", thread_id=active.thread_id, exc_info=error)
+
+    # -- cancelling -----------------------------------------------------------------------
+    async def cancel(self, thread_id: str, run_id: str, reason: str) -> RunRecord:
+        """Stop a run: the one executing here, or one nobody executes (suspended, or left
+        running by a crash), which is marked failed with code CANCELLED."""
+        active = self._active.get(thread_id)
+        if active is not None and active.run_id == run_id:
+            self.instance.cancel(thread_id, reason)
+            await active.wait()
+            record = await self.instance.storage.get_run(run_id)
+            assert record is not None
+            return record
+        storage = self.instance.storage
+        record = await storage.get_run(run_id)
+        if record is None or record.thread_id != thread_id:
+            raise Problem(404, f"no run {run_id!r} on thread {thread_id!r}")
+        if record.status not in ("running", "suspended"):
+            raise Problem(
+                409, f"run {run_id!r} has ended (status {record.status})", code="RUN_ENDED"
+            )
+        from art.errors import ThreadBusyError
+
+        try:
+            async with storage.lease(thread_id):
+                record = await storage.get_run(run_id)
+                assert record is not None
+                if record.status in ("running", "suspended"):
+                    await self._mark_cancelled(record, reason)
+        except ThreadBusyError:
+            raise Problem(
+                409,
+                f"run {run_id!r} is executing in another server process; cancel it there",
+                code="RUN_EXECUTING_ELSEWHERE",
+            ) from None
+        return record
+
+    async def _mark_cancelled(self, record: RunRecord, reason: str) -> None:
+        from art.responses import RunError, utcnow
+
+        storage = self.instance.storage
+        error = RunError(code=RunErrorCode.CANCELLED, message=reason)
+        record.status = "failed"
+        record.error = error
+        record.updated_at = utcnow()
+        await storage.update_run(record)
+        # The run's streams end on its session:end; nobody else will write one.
+        end = StoredEvent(
+            thread_id=record.thread_id,
+            run_id=record.run_id,
+            name="session:end",
+            data={
+                "status": "error",
+                "answer": "",
+                "llm_calls": record.llm_calls,
+                "tool_calls": record.tool_calls,
+                "error": error.model_dump(mode="json"),
+                "suspension_ids": [],
+                "run_id": record.run_id,
+            },
+            trace_id=record.trace_id,
+        )
+        await self.journal.append(end)
+
+    # -- shutting down --------------------------------------------------------------------
+    def begin_drain(self, grace_s: float) -> None:
+        """Refuse new runs from now on; running ones have `grace_s` seconds left."""
+        if self._deadline is None:
+            self._deadline = time.monotonic() + grace_s
+            log.info("draining runs", runs=len(self._active), grace_s=grace_s)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Wait for the runs until the drain's deadline, then interrupt the rest."""
+        self.begin_drain(grace_s)
+        assert self._deadline is not None
+        tasks = {active.task for active in self._active.values()}
+        if tasks:
+            left = max(0.0, self._deadline - time.monotonic())
+            _, late = await asyncio.wait(tasks, timeout=left) if left else (set(), tasks)
+            for task in late:
+                task.cancel("the server is shutting down")
+            if late:
+                log.warning("runs interrupted; the same query continues them", runs=len(late))
+                await asyncio.wait(late)
+        self._unsubscribe()
+
+
+def _busy(
+    thread_id: str, message: str | None = None, retry_after_s: float | None = None
+) -> Problem:
+    return Problem(
+        409,
+        message or f"thread {thread_id!r} is being run by another run; wait for it to end",
+        code=RunErrorCode.THREAD_BUSY,
+        retry_after_s=retry_after_s,
+    )
