@@ -157,3 +157,25 @@ def test_a_server_with_keys_asks_the_page_for_one(
     page.wait_for_selector("#answer-text[data-complete=true]")
     assert page.inner_text("#answer-text") == "The answer is 403."
     page.screenshot(path=tmp_path / "6-with-key.png", full_page=True)
+
+
+def test_without_chromium_ci_fails_saying_what_to_install(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CI": "true", "ART_TEST_CHROMIUM": str(tmp_path / "no-chromium")}
+    named = f"{Path(__file__).relative_to(root)}::test_a_server_with_keys_asks_the_page_for_one"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", named, "-p", "no:cacheprovider", "-q"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 1, done.stdout
+    assert "the inspector's browser tests need Chromium in CI" in done.stdout
+    assert "install the Debian package chromium (.ci/run does)" in done.stdout
