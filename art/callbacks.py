@@ -16,7 +16,7 @@ Event → callback:
     message:before          on_llm_start(ctx, model, messages)
     chunk:after             on_llm_stream(ctx, chunk)
     message:after           on_llm_end(ctx, response, usage)
-    tool:update stage=start on_tool_start(ctx, tool_name, args)
+    tool:update stage=start on_tool_start(ctx, tool_name, args)  (not a reasoning step's)
     tool:after              on_tool_end(ctx, tool_name, result)
     error                   on_error(ctx, error)
     everything else         on_debug(message, data)   (except chunk:before, buffer:flush,
@@ -238,7 +238,7 @@ class CallbackAdapter:
             if isinstance(usage, dict):
                 usage = TokenUsage.model_validate(usage)
             await self._call("on_llm_end", span, data.get("content", ""), usage)
-        elif name == "tool:update" and data.get("stage") == "start":
+        elif name == "tool:update" and data.get("stage") == "start" and not data.get("reasoning"):
             await self._call("on_tool_start", span, data.get("tool", ""), data.get("args", {}))
         elif name == "tool:after":
             await self._call("on_tool_end", span, data.get("tool", ""), data.get("result"))

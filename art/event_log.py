@@ -86,7 +86,9 @@ def _stored_end(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "response"}
 
 
-def _stored_update(data: dict[str, Any]) -> dict[str, Any]:
+def _stored_output(data: dict[str, Any]) -> dict[str, Any]:
+    """A tool's progress output or a step's output as text, cut: the step record keeps it
+    whole."""
     if "output" in data:
         return {**data, "output": safe_stringify(data["output"], max_length=_STORED_TEXT_CHARS)}
     return data
@@ -99,7 +101,8 @@ _STORED_DATA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "message:before": _stored_prompt,
     "message:after": _stored_reply,
     "session:end": _stored_end,
-    "tool:update": _stored_update,
+    "tool:update": _stored_output,
+    "step:status": _stored_output,
 }
 
 

@@ -42,8 +42,9 @@ DECISION_SCHEMA: dict[str, Any] = {
 
 def step_output_schema(tool: ToolSchema) -> Mapping[str, Any] | None:
     """The schema of what a step of `tool` outputs: a blocking tool's step outputs the
-    reviewer's decision, any other the tool's declared `output_schema` (or None)."""
-    if tool.mode == "blocking":
+    reviewer's decision (unless the tool runs on approval), any other the tool's
+    declared `output_schema` (or None)."""
+    if tool.mode == "blocking" and not tool.runs_on_approval:
         return DECISION_SCHEMA
     return tool.output_schema
 

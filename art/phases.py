@@ -15,7 +15,7 @@ and answer with what it is waiting for or why it failed.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +36,8 @@ from art.suspension import apply_decision, latest_by_step, suspended_message
 
 if TYPE_CHECKING:
     from art.plan_execution import ExecutionOutcome
+    from art.registry import ToolRegistry
+    from art.responses import StepRecord
 
 __all__ = [
     "ApplyDecisions",
@@ -46,6 +48,7 @@ __all__ = [
     "Phase",
     "Suspend",
     "Synthesize",
+    "display_outputs",
     "run_phases",
     "session_end_data",
 ]
@@ -84,7 +87,9 @@ class ApplyDecisions:
         for step_record in waiting:
             suspension = by_step.get(step_record.step_id)
             if suspension is not None and not suspension.pending:
-                apply_decision(step_record, suspension)
+                tool = run.deps.registry.get(suspension.tool_name)
+                rerun = tool is not None and tool.schema.runs_on_approval
+                apply_decision(step_record, suspension, run_on_approval=rerun)
                 await storage.save_step(record.run_id, step_record)
         remaining = [r.step_id for r in waiting if r.status == "waiting"]
         if remaining:
@@ -233,6 +238,7 @@ class Suspend:
                         "tool": s.tool_name,
                         "args": s.args,
                         "prompt": s.prompt,
+                        "config": _blocking_config(run, s.tool_name),
                     }
                     for s in pending
                 ],
@@ -285,12 +291,7 @@ def build_response(
 
     context, record = run.context, run.state.record
     steps = list(record.steps.values())
-    display_tools = run.deps.setup.display_tools
-    display = [
-        DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
-        for r in steps
-        if r.status == "completed" and r.tool in display_tools
-    ]
+    display = display_outputs(steps, run.deps.registry)
     message = ConversationMessage(
         message_id=record.message_id,
         thread_id=context.thread_id,
@@ -332,3 +333,26 @@ def session_end_data(response: AgentFinalResponse) -> dict[str, Any]:
         "suspension_ids": list(meta.suspension_ids),
         "response": response,
     }
+
+
+def _blocking_config(run: Run, tool_name: str) -> dict[str, Any] | None:
+    tool = run.deps.registry.get(tool_name)
+    return tool.schema.blocking_config if tool is not None else None
+
+
+def display_outputs(steps: Iterable[StepRecord], registry: ToolRegistry) -> list[DisplayOutput]:
+    """The completed display steps among `steps`, in order, each with its tool's
+    `display_config` (`AgentFinalResponse.display`)."""
+    found = []
+    for record in steps:
+        tool = registry.get(record.tool) if record.tool else None
+        if record.status == "completed" and tool is not None and tool.schema.mode == "display":
+            found.append(
+                DisplayOutput(
+                    step_id=record.step_id,
+                    tool_name=record.tool or "",
+                    output=record.output,
+                    config=tool.schema.display_config,
+                )
+            )
+    return found

@@ -239,6 +239,7 @@ def _compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+_ON_APPROVAL_NOTE = " [asks a human to approve, then runs with the approved arguments]"
 _MODE_NOTES = {
     "blocking": " [asks a human to approve; the run waits for the decision]",
     "display": " [shows its output to the user; the output is not in the answer's context]",
@@ -257,7 +258,7 @@ def render_tools(registry: Any, *, compact: bool = False) -> str:
         description = " ".join(schema.description.split())
         if compact:
             description = _short(description)
-        note = _MODE_NOTES.get(schema.mode, "")
+        note = _ON_APPROVAL_NOTE if schema.runs_on_approval else _MODE_NOTES.get(schema.mode, "")
         lines.append(f"- {schema.name}: {description}{note}")
         noise = _COMPACT_NOISE if compact else _SCHEMA_NOISE
         parameters = _compact_schema(schema.input_schema or {}, noise)

@@ -25,7 +25,7 @@ from jsonschema.protocols import Validator
 
 from art.errors import ToolRegistrationError
 from art.serialization import truncate
-from art.tooling import IToolExecutor, ToolSchema
+from art.tooling import BLOCKING_PROMPT, RUN_ON_APPROVAL, IToolExecutor, ToolSchema
 
 __all__ = [
     "ALL_TOOLS",
@@ -292,6 +292,7 @@ def _checked_schema(tool: IToolExecutor) -> ToolSchema:
             f"tool {schema.name!r} has an empty description; say what it does, when to use "
             "it and what it returns (the planner chooses tools by their descriptions)"
         )
+    _check_mode_configs(schema)
     schema_type = schema.input_schema.get("type")
     if schema_type is not None and schema_type != "object":
         raise ToolRegistrationError(
@@ -299,3 +300,33 @@ def _checked_schema(tool: IToolExecutor) -> ToolSchema:
             f"got type {schema_type!r}; tool input is a dict of named arguments"
         )
     return schema
+
+
+def _check_mode_configs(schema: ToolSchema) -> None:
+    """`blocking_config` and `display_config` only where the mode reads them, with the
+    keys the engine reads of the right types."""
+    name = schema.name
+    if schema.blocking_config is not None:
+        if schema.mode != "blocking":
+            raise ToolRegistrationError(
+                f"tool {name!r} has a blocking_config but execution_mode "
+                f"{schema.execution_mode!r}; it applies to blocking tools only: set "
+                "execution_mode='blocking' or drop it"
+            )
+        run_on_approval = schema.blocking_config.get(RUN_ON_APPROVAL, False)
+        if not isinstance(run_on_approval, bool):
+            raise ToolRegistrationError(
+                f"tool {name!r}: blocking_config['run_on_approval'] must be true or false, "
+                f"got {run_on_approval!r}"
+            )
+        prompt = schema.blocking_config.get(BLOCKING_PROMPT)
+        if prompt is not None and not isinstance(prompt, str):
+            raise ToolRegistrationError(
+                f"tool {name!r}: blocking_config['prompt'] must be text, got {prompt!r}"
+            )
+    if schema.display_config is not None and schema.mode != "display":
+        raise ToolRegistrationError(
+            f"tool {name!r} has a display_config but execution_mode "
+            f"{schema.execution_mode!r}; it applies to display tools only: set "
+            "execution_mode='display' or drop it"
+        )

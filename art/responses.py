@@ -81,6 +81,8 @@ class StepRecord(ArtModel):
     args: JsonDict | None = None
     # Why a step failed or was skipped, in words the synthesis and the user can read.
     reason: str | None = None
+    # The human decision an approved blocking tool runs again under (run_on_approval).
+    decision: JsonDict | None = None
 
     @property
     def output(self) -> Any:
@@ -91,6 +93,8 @@ class DisplayOutput(ArtModel):
     step_id: str
     tool_name: str
     output: JsonData = None
+    # The tool's `display_config`, for the application's renderer.
+    config: dict[str, Any] | None = None
 
 
 class AgentFinalResponse(ArtModel):

@@ -32,10 +32,10 @@ from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
 from art.invocation import CallTimeouts, invoke_tool
 from art.references import resolve_references
 from art.responses import RunError, StepRecord, utcnow
-from art.serialization import safe_stringify
+from art.serialization import context_text, safe_stringify
 from art.spans import SpanContext
 from art.state import Suspension
-from art.tooling import CancellationToken, ExecutionContext, ToolResult
+from art.tooling import CancellationToken, ExecutionContext, ToolResult, ToolSchema
 
 if TYPE_CHECKING:
     from art.execution import Executor
@@ -58,6 +58,9 @@ _NOT_RETRIED = frozenset(
     }
 )
 LLM_ASSIST_REQUIRED = ToolErrorCode.LLM_ASSIST_REQUIRED.value
+# Where a tool says it needs the model's help (seed 000's `metadata.error`, or art's own
+# `metadata.error_code`), and what an error result adds: gone once the model helped.
+_ASSIST_SIGNAL = frozenset({"error", "error_code", "retryable"})
 REASONING_TOOL_NAME = "reasoning"
 
 
@@ -190,8 +193,15 @@ class ToolCaller:
         args: dict[str, Any],
         attempt: int,
         step_span: SpanContext,
+        decision: dict[str, Any] | None = None,
     ) -> tuple[ToolResult, str | None]:
-        """One tool execution; returns its result and, when a hook vetoed it, the reason."""
+        """One tool execution; returns its result and, when a hook vetoed it, the reason.
+
+        Every execution has exactly one `tool:update` `start` and one `end`, and one
+        `tool:after`, whichever way it ends: a result, a veto, or the run cancelling it
+        (the `end` is sent before the cancellation goes on). `decision` is the human
+        decision a blocking tool runs under when it runs on approval.
+        """
         deps = self._deps
         tool = entry.tool
         run = deps.run
@@ -200,6 +210,7 @@ class ToolCaller:
         call_id = f"{run.run_id}:{step_id}:{attempt}"
         name = tool.schema.name
         interest = self._interest.fresh()
+        call = _Call(deps, interest, step_id, name, call_id, attempt, span, tool.schema)
         if interest.tool_before:
             try:
                 data = await _emit(
@@ -227,46 +238,42 @@ class ToolCaller:
                         "vetoed": True,
                     },
                 )
+                await call.start(args)
+                await call.end(result, args)
                 return result, reason
             edited = data.get("args", args) if isinstance(data, dict) else args
             if edited is not args:
                 args = edited
                 if isinstance(edited, dict):
                     record.args = edited
-        # A tool's own progress notes are logged; the start and end updates are not, so
-        # they are emitted only when a hook, subscriber or stream is there to see them.
-        wants_updates = interest.updates_wanted
-        live_updates = interest.updates_listened
-        if live_updates:
-            await _emit(
-                deps,
-                "tool:update",
-                {
-                    "stage": "start",
-                    "step_id": step_id,
-                    "tool": name,
-                    "call_id": call_id,
-                    "args": args,
-                    "attempt": attempt,
-                },
-                span,
-            )
-        relay = self._relay(step_id, name, call_id, span) if wants_updates else None
+        relay = self._relay(step_id, name, call_id, span) if interest.updates_wanted else None
         token = run.cancellation.child()
+        fields: dict[str, Any] = {
+            "call_id": call_id,
+            "step_id": step_id,
+            "attempt": attempt,
+            "span": span,
+        }
+        if decision is not None:
+            fields["decision"] = decision
         context = _call_context(
             self._context_template,
-            {"call_id": call_id, "step_id": step_id, "attempt": attempt, "span": span},
+            fields,
             cancellation=token,
             reporter=relay.report if relay is not None else None,
         )
         self._tokens[step_id] = token
         run.stats.add_tool_call()
-        started = time.perf_counter()
         self._in_tools += 1
-        if self._idle is not None and self._idle_check is None and not self._scheduler.has_ready:
-            # Looked at once this worker yields: an instant tool has returned by then.
-            self._idle_check = self._loop.call_soon(self._check_idle)
         try:
+            await call.start(args)
+            if (
+                self._idle is not None
+                and self._idle_check is None
+                and not self._scheduler.has_ready
+            ):
+                # Looked at once this worker yields: an instant tool has returned by then.
+                self._idle_check = self._loop.call_soon(self._check_idle)
             result = await invoke_tool(
                 tool,
                 args,
@@ -275,44 +282,17 @@ class ToolCaller:
                 thread_pool=None if entry.is_async else self._resources.blocking_calls(),
                 timeouts=self._resources.timeouts,
             )
+        except asyncio.CancelledError:
+            # The run cancelled the call (a `fail` policy, `inst.cancel`): it still ends.
+            cancelled = _cancelled_result(call_id, name, token.reason)
+            _update(record, result=cancelled)
+            await call.finish(relay, cancelled, args)
+            raise
         finally:
             self._in_tools -= 1
-            del self._tokens[step_id]
+            self._tokens.pop(step_id, None)
             token.detach()
-            if relay is not None and (draining := relay.close()) is not None:
-                await draining
-        duration_ms = (time.perf_counter() - started) * 1000.0
-        if live_updates:
-            end: dict[str, Any] = {
-                "stage": "end",
-                "step_id": step_id,
-                "tool": name,
-                "call_id": call_id,
-                "status": result.status,
-                "duration_ms": duration_ms,
-            }
-            if result.status == "error":
-                end["error"] = result.error
-            else:
-                end["result"] = result.output
-            if tool.schema.mode == "display":
-                end["display"] = True
-            await _emit(deps, "tool:update", end, span)
-        if interest.tool_after:
-            await _emit(
-                deps,
-                "tool:after",
-                {
-                    "step_id": step_id,
-                    "tool": name,
-                    "call_id": call_id,
-                    "args": args,
-                    "result": result,
-                    "duration_ms": duration_ms,
-                    "display": tool.schema.mode == "display",
-                },
-                span,
-            )
+        await call.finish(relay, result, args)
         return result, None
 
     async def wait_turn(self, entry: ToolEntry) -> None:
@@ -360,6 +340,129 @@ class ToolCaller:
             and not scheduler.stopping
         ):
             self._idle()
+
+
+class _Call:
+    """The `tool:update` and `tool:after` events of one tool execution: `start` once, and
+    `end` and `tool:after` once, whichever way the execution ends."""
+
+    __slots__ = (
+        "attempt",
+        "call_id",
+        "deps",
+        "ended",
+        "interest",
+        "schema",
+        "span",
+        "started",
+        "started_at",
+        "step_id",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        deps: ExecutionDeps,
+        interest: _Interest,
+        step_id: str,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        span: SpanContext,
+        schema: ToolSchema | None,
+    ) -> None:
+        self.deps = deps
+        self.interest = interest
+        self.step_id = step_id
+        self.tool = tool
+        self.call_id = call_id
+        self.attempt = attempt
+        self.span = span
+        self.schema = schema
+        self.started = False
+        self.ended = False
+        self.started_at = time.perf_counter()
+
+    async def start(self, args: dict[str, Any], **extra: Any) -> None:
+        self.started = True
+        self.started_at = time.perf_counter()
+        # A tool's own progress notes are logged; the start and end updates are not, so
+        # they are emitted only when a hook, subscriber or stream is there to see them.
+        if self.interest.updates_listened:
+            data = {
+                "stage": "start",
+                "step_id": self.step_id,
+                "tool": self.tool,
+                "call_id": self.call_id,
+                "args": args,
+                "attempt": self.attempt,
+                **extra,
+            }
+            await _emit(self.deps, "tool:update", data, self.span)
+
+    async def finish(
+        self, relay: ProgressRelay | None, result: ToolResult, args: dict[str, Any]
+    ) -> None:
+        """The progress still being sent, then the end (the end always comes last)."""
+        if relay is not None and (draining := relay.close()) is not None:
+            await draining
+        await self.end(result, args)
+
+    async def end(self, result: ToolResult, args: dict[str, Any], **extra: Any) -> None:
+        if self.ended or not self.started:
+            return
+        self.ended = True
+        duration_ms = (time.perf_counter() - self.started_at) * 1000.0
+        schema = self.schema
+        display = schema is not None and schema.mode == "display"
+        if self.interest.updates_listened:
+            end: dict[str, Any] = {
+                "stage": "end",
+                "step_id": self.step_id,
+                "tool": self.tool,
+                "call_id": self.call_id,
+                "status": result.status,
+                "duration_ms": duration_ms,
+                **extra,
+            }
+            if result.status == "error":
+                end["error"] = result.error
+                if code := result.metadata.get("error_code"):
+                    end["error_code"] = code
+            else:
+                end["result"] = result.output
+            if display:
+                end["display"] = True
+                if schema is not None and schema.display_config:
+                    end["display_config"] = schema.display_config
+            await _emit(self.deps, "tool:update", end, self.span)
+        if self.interest.tool_after and schema is not None:
+            await _emit(
+                self.deps,
+                "tool:after",
+                {
+                    "step_id": self.step_id,
+                    "tool": self.tool,
+                    "call_id": self.call_id,
+                    "args": args,
+                    "result": result,
+                    "duration_ms": duration_ms,
+                    "display": display,
+                },
+                self.span,
+            )
+
+
+def _cancelled_result(call_id: str, tool: str, reason: str | None) -> ToolResult:
+    """The result of a tool call the run cancelled."""
+    why = reason or "cancelled"
+    return ToolResult(
+        call_id=call_id,
+        tool_name=tool,
+        status="error",
+        error=why if why.startswith("cancelled") else f"cancelled: {why}",
+        metadata={"error_code": ToolErrorCode.CANCELLED.value, "retryable": False},
+    )
 
 
 class ProgressRelay:
@@ -529,17 +632,21 @@ class StepRunner:
             )
             return
         await self.tools.wait_turn(entry)
+        decision = record.decision
         try:
-            args = (
-                resolve_references(step.args, self.state.outputs)
-                if step.referencing_args
-                else dict(step.args)
-            )
+            if decision is not None and record.args is not None:
+                # An approved blocking tool that runs on approval: the approved arguments.
+                args = dict(record.args)
+            elif step.referencing_args:
+                args = resolve_references(step.args, self.state.outputs)
+            else:
+                args = dict(step.args)
         except Exception as exc:
             await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
             return
-        max_attempts = self._max_attempts
         attempt = record.attempts
+        # A run on approval follows the call that suspended: it gets attempts of its own.
+        max_attempts = self._max_attempts + (attempt if decision is not None else 0)
         while True:
             attempt += 1
             if attempt > max_attempts:
@@ -551,7 +658,9 @@ class StepRunner:
                 )
                 return
             await self._start(record, span, attempts=attempt, args=args)
-            result, vetoed = await self.tools.call(step, record, entry, args, attempt, span)
+            result, vetoed = await self.tools.call(
+                step, record, entry, args, attempt, span, decision
+            )
             if vetoed is not None:
                 _update(record, result=result)
                 await self._finish(record, "failed", span, vetoed)
@@ -564,8 +673,11 @@ class StepRunner:
                     await asyncio.sleep(delay)
                 continue
             break
-        if result.metadata.get("error") == LLM_ASSIST_REQUIRED:
+        metadata = result.metadata
+        if LLM_ASSIST_REQUIRED in (metadata.get("error"), metadata.get("error_code")):
             result = await self._llm_assist(result, span)
+        if decision is not None and result.status == "success":
+            result.metadata.setdefault("decision", "approved")
         _update(record, result=result)
         if result.status == "success":
             self.state.outputs[step.id] = result.output
@@ -578,7 +690,7 @@ class StepRunner:
     async def _llm_assist(self, result: ToolResult, span: SpanContext) -> ToolResult:
         """The tool asked for the model's help (seed 000): one `step` call with its prompt."""
         prompt = _assist_prompt(result.output)
-        metadata = {k: v for k, v in result.metadata.items() if k != "error"}
+        metadata = {k: v for k, v in result.metadata.items() if k not in _ASSIST_SIGNAL}
         metadata["llm_assisted"] = True
         if prompt is None:
             return result.model_copy(
@@ -588,10 +700,10 @@ class StepRunner:
                     "metadata": {**metadata, "error_code": LLM_ASSIST_REQUIRED, "retryable": False},
                 }
             )
-        messages = [
-            {"role": "system", "content": _STEP_SYSTEM_PROMPT},
-            {"role": "user", "content": prompt},
-        ]
+        system = _STEP_SYSTEM_PROMPT
+        if context := self.deps.run.system_context:
+            system = f"{system}\n\n{context_text(context)}"
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
         try:
             answer = await self._complete(messages, span)
         except (ModelError, HookVeto, TimeoutError) as exc:
@@ -616,6 +728,9 @@ class StepRunner:
         run = self.deps.run
         suspension_id = str(result.metadata.get("suspension_id") or "") or _new_id()
         result.metadata["suspension_id"] = suspension_id
+        tool = self.deps.registry.get(result.tool_name)
+        config = (tool.schema.blocking_config if tool is not None else None) or {}
+        prompt = result.output if result.output is not None else config.get("prompt")
         suspension = Suspension(
             suspension_id=suspension_id,
             thread_id=run.thread_id,
@@ -624,7 +739,7 @@ class StepRunner:
             tool_name=result.tool_name,
             call_id=result.call_id,
             args=record.args or {},
-            prompt=result.output,
+            prompt=prompt,
         )
         if self.deps.suspend is not None:
             await self.deps.suspend(suspension)
@@ -633,22 +748,41 @@ class StepRunner:
             self.stop(Stop.SUSPENDED)  # let running steps finish; start nothing new
         record.status = "waiting"
         record.reason = "waiting for a human decision"
+        record.decision = None  # a tool run on approval may ask again: a new decision
         await self._save(record)
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
 
     # -- reasoning steps ----------------------------------------------------------------
     async def _reasoning_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+        """One `step` LLM call; a UI sees it as a block too: one `tool:update` `start` and
+        `end` (tool `reasoning`, `reasoning: true`), no `tool:before`/`tool:after`."""
         record.attempts += 1
         await self._start(record, span)
         run = self.deps.run
         call_id = f"{run.run_id}:{step.id}:{record.attempts}"
         limit = run.config.tool_result_max_length
         outputs = self.state.outputs
-        inputs = {dep: outputs.get(dep) for dep in self._dependencies[step.id]}
-        messages = reasoning_messages(self.deps.query, step, inputs, limit)
+        dependencies = self._dependencies[step.id]
+        inputs = {dep: outputs.get(dep) for dep in dependencies}
+        messages = reasoning_messages(
+            self.deps.query, step, inputs, limit, self.deps.run.system_context
+        )
+        call_span = span.child()
+        call = _Call(
+            self.deps,
+            self._interest.fresh(),
+            step.id,
+            REASONING_TOOL_NAME,
+            call_id,
+            record.attempts,
+            call_span,
+            None,
+        )
+        args = {"task": step.description, "inputs": list(dependencies)}
+        await call.start(args, reasoning=True)
         try:
-            answer = await self._complete(messages, span.child())
+            answer = await self._complete(messages, call_span)
         except (ModelError, HookVeto, TimeoutError) as exc:
             code = str(getattr(exc, "code", "") or "")
             record.result = ToolResult(
@@ -658,13 +792,20 @@ class StepRunner:
                 error=_error_text(exc),
                 metadata={"error_code": code or "UNKNOWN", "retryable": False},
             )
+            await call.end(record.result, args, reasoning=True)
             await self._finish(
                 record, "failed", span, f"the reasoning call failed: {_error_text(exc)}"
             )
             return
+        except asyncio.CancelledError:
+            cancelled = _cancelled_result(call_id, REASONING_TOOL_NAME, run.cancellation.reason)
+            _update(record, result=cancelled)
+            await call.end(cancelled, args, reasoning=True)
+            raise
         record.result = ToolResult(
             call_id=call_id, tool_name=REASONING_TOOL_NAME, status="success", output=answer
         )
+        await call.end(record.result, args, reasoning=True)
         outputs[step.id] = answer
         await self._finish(record, "completed", span)
 
@@ -730,17 +871,25 @@ _STEP_SYSTEM_PROMPT = (
 
 
 def reasoning_messages(
-    query: str, step: Step, inputs: Mapping[str, Any], max_length: int
+    query: str,
+    step: Step,
+    inputs: Mapping[str, Any],
+    max_length: int,
+    system_context: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The messages of a reasoning step's LLM call: the task and its inputs, each cut."""
+    """The messages of a reasoning step's LLM call: the task and its inputs, each cut,
+    and the run's system context."""
     task = step.description or "reason over the inputs"
     parts = [f"Overall question: {query}" if query else "", f"Your task ({step.id}): {task}"]
     if inputs:
         parts.append("Inputs from earlier steps:")
         for dep, output in inputs.items():
             parts.append(f"[{dep}]\n{safe_stringify(output, max_length=max_length)}")
+    system = _STEP_SYSTEM_PROMPT
+    if system_context:
+        system = f"{system}\n\n{context_text(system_context)}"
     return [
-        {"role": "system", "content": _STEP_SYSTEM_PROMPT},
+        {"role": "system", "content": system},
         {"role": "user", "content": "\n\n".join(p for p in parts if p)},
     ]
 
@@ -777,6 +926,8 @@ def _status_data(record: StepRecord) -> dict[str, Any]:
     }
     if reason := values["reason"]:
         data["reason"] = reason
+    if values["status"] == "completed" and (result := values["result"]) is not None:
+        data["output"] = result.output  # seed 003's "stepOutput": no state query needed
     return data
 
 

@@ -8,7 +8,8 @@ then applies it to the step without running the tool again:
 
 - approved: the step completes; its output is the decision
   (`{"approved": True, "reason": ..., "modified_args": ...}`, `reason` and
-  `modified_args` null when not given);
+  `modified_args` null when not given); a tool with `blocking_config={"run_on_approval":
+  True}` instead runs again with the approved arguments and its output is the step's;
 - rejected: the step fails with the reason; its dependents are skipped, and the
   synthesis prompt says the reviewer rejected it.
 
@@ -89,8 +90,15 @@ def parse_decision(decision: Decision | Mapping[str, Any] | bool) -> Decision:
         ) from None
 
 
-def apply_decision(record: StepRecord, suspension: Suspension) -> StepRecord:
-    """Complete (approved) or fail (rejected) the waiting step of a decided suspension."""
+def apply_decision(
+    record: StepRecord, suspension: Suspension, *, run_on_approval: bool = False
+) -> StepRecord:
+    """Complete (approved) or fail (rejected) the waiting step of a decided suspension.
+
+    With `run_on_approval` (the tool's `blocking_config`), an approved step is not
+    completed: it is made ready to run the tool again with the approved arguments (the
+    suspended call's, with `modified_args` over them) and the decision in its record.
+    """
     if suspension.decision is None:
         raise SuspensionError(
             f"suspension {suspension.suspension_id!r} is not decided yet",
@@ -101,6 +109,14 @@ def apply_decision(record: StepRecord, suspension: Suspension) -> StepRecord:
     # Every field of the decision, `modified_args` null when not given: a plan may refer
     # to {{sN.output.modified_args}} whatever the reviewer answered.
     output: dict[str, Any] = decision.model_dump(mode="json")
+    if decision.approved and run_on_approval:
+        record.status = "pending"
+        record.reason = None
+        record.result = None
+        record.ended_at = None
+        record.args = {**suspension.args, **(decision.modified_args or {})}
+        record.decision = {**output, "suspension_id": suspension.suspension_id}
+        return record
     if decision.approved:
         record.status = "completed"
         record.reason = None

@@ -24,8 +24,21 @@ class ToolExample(ArtModel):
     description: str | None = None
 
 
+#: The `blocking_config` keys the engine reads; any others are the application's, carried
+#: to the `suspended` event and the suspension for a UI to use.
+RUN_ON_APPROVAL = "run_on_approval"
+BLOCKING_PROMPT = "prompt"
+
+
 class ToolSchema(ArtModel):
-    """How a tool is presented to the planner and validated before it runs."""
+    """How a tool is presented to the planner and validated before it runs.
+
+    `blocking_config` (blocking tools only): `run_on_approval` (bool, see
+    `runs_on_approval`) and `prompt` (the question for the reviewer when the tool's
+    suspended result has no output); the whole dict goes with each suspension.
+    `display_config` (display tools only) goes with each display output and its
+    `tool:update` `end` event, for the application's renderer.
+    """
 
     name: str
     description: str
@@ -42,6 +55,13 @@ class ToolSchema(ArtModel):
     def mode(self) -> Literal["functional", "blocking", "display"]:
         """The execution mode with the `immediate` alias folded into `functional`."""
         return "functional" if self.execution_mode == "immediate" else self.execution_mode
+
+    @property
+    def runs_on_approval(self) -> bool:
+        """A blocking tool that runs again, with the approved (possibly modified) arguments,
+        once a human approves (`blocking_config={"run_on_approval": True}`); otherwise
+        the decision is the step's output."""
+        return self.mode == "blocking" and bool((self.blocking_config or {}).get(RUN_ON_APPROVAL))
 
 
 class ToolResult(ArtModel):
@@ -152,7 +172,8 @@ class ExecutionContext(ArtModel):
 
     `message_id` is the id of the answer the run writes (`resp.response.message_id`),
     `agent` the persona's name, `extra` the run's `metadata` option (the application's
-    data for its tools; treat it as read-only).
+    data for its tools; treat it as read-only), `decision` the approval a blocking tool
+    runs under when it runs on approval.
     """
 
     thread_id: str
@@ -166,6 +187,9 @@ class ExecutionContext(ArtModel):
     extra: dict[str, Any] = Field(default_factory=dict)
     attempt: int = 1
     span: SpanContext | None = None
+    # The human decision a blocking tool with `run_on_approval` runs under once approved
+    # (`{"approved": True, "reason": ..., "modified_args": ...}`); None otherwise.
+    decision: dict[str, Any] | None = None
 
     # Created on first use: a private attribute's default_factory costs pydantic an
     # inspect.signature() call per instance, and the engine always binds its own token.

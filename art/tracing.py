@@ -247,6 +247,8 @@ class SpanMapper:
 
     # -- tools --------------------------------------------------------------------
     def _on_tool_update(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+        if data.get("reasoning"):
+            return  # a reasoning step's block: its LLM call has the span
         stage = data.get("stage")
         call_id = str(data.get("call_id") or "")
         key = self._own_key(span, "tool", f"tool:{call_id or span.span_id}")

@@ -447,7 +447,10 @@ async def test_a_tool_before_hook_that_raises_vetoes_the_call_and_fails_the_step
     assert outcome.records["s1"].attempts == 1  # a veto is never retried
     errors = [e for e in events if e.name == "error"]
     assert errors and errors[0].data["event"] == "tool:before"
-    assert not [e for e in events if e.name == "tool:update"]
+    # The vetoed execution still starts and ends (seed 001), with the veto as its error.
+    updates = [e.data for e in events if e.name == "tool:update"]
+    assert [u["stage"] for u in updates] == ["start", "end"]
+    assert updates[1]["status"] == "error" and "not on a Sunday" in updates[1]["error"]
 
 
 # -- failure policies ------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from art.errors import ThreadBusyError
+from art.phases import display_outputs
 from art.plans import Plan
-from art.responses import AgentFinalResponse, DisplayOutput
+from art.responses import AgentFinalResponse
 from art.server.context import ServerContext, get_context
 from art.server.models import (
     DecisionRequest,
@@ -147,12 +148,7 @@ def _thread_busy(thread_id: str) -> Problem:
 
 async def run_resource(ctx: ServerContext, record: RunRecord) -> RunResource:
     """`record` with its display outputs, pending suspensions and where it executes."""
-    display_tools = ctx.display_tools
-    display = [
-        DisplayOutput(step_id=r.step_id, tool_name=r.tool or "", output=r.output)
-        for r in record.steps.values()
-        if r.status == "completed" and r.tool in display_tools
-    ]
+    display = display_outputs(record.steps.values(), ctx.instance.registry)
     suspensions = []
     if record.status == "suspended":
         pending = await ctx.instance.storage.list_suspensions(record.thread_id)

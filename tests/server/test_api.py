@@ -91,6 +91,7 @@ def test_a_person_approves_a_blocking_step_through_the_api(make_server: Any) -> 
                 "columns": ["what", "value"],
                 "rows": [["17 x 23", 391]],
             },
+            "config": {"kinds": ["markdown", "table"]},  # the show tool's display_config
         }
     ]
 
