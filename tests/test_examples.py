@@ -157,6 +157,30 @@ def test_display_tool(tmp_path):
 
 
 @pytest.mark.slow
+def test_event_ui(tmp_path):
+    out = _ok(run_example("event_ui.py", cwd=tmp_path))
+    lines = out.splitlines()
+    assert lines[:2] == ["[spinner] Planning...", "[tools] this run may use: lookup_price, show"]
+    assert (
+        "[block s3] lookup_price failed: vetoed by a tool:before hook: plums are out of season"
+        in lines
+    )
+    assert "[block s1]   asking the Bern price list" in lines  # the run's metadata reached the tool
+    assert "[output] s1: 2.5" in lines and "[output] s5: 'Apples are cheaper.'" in lines
+    assert "[display] Prices: [['apples', 2.5], ['pears', 3.0]]" in lines
+    assert "[answer] Apples (2.50) are cheaper than pears." in lines
+    for step in ("s1", "s2", "s3", "s4", "s5"):  # each block starts once and ends once
+        block = [line for line in lines if line.startswith(f"[block {step}]")]
+        assert block[0].endswith("...") and not block[-1].endswith("...")
+    # The display is drawn before the answer starts, the spinner's last label just before.
+    assert lines.index("[display] Prices: [['apples', 2.5], ['pears', 3.0]]") < lines.index(
+        "[spinner] Writing the answer..."
+    )
+    assert "the planner saw the calculator: False" in lines
+    assert "the planner saw the currency: True" in lines
+
+
+@pytest.mark.slow
 def test_mcp_tools(tmp_path):
     out = _ok(run_example("mcp_tools.py", cwd=tmp_path))
     assert '"mcpServers": {' in out
