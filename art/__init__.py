@@ -21,6 +21,8 @@ _EXPORTS: dict[str, str] = {
     "aplan": "art.api",
     "resume_execution": "art.api",
     "aresume_execution": "art.api",
+    "submit": "art.api",
+    "asubmit": "art.api",
     "check_for_suspended_state": "art.api",
     "create_art_instance": "art.api",
     "configure": "art.api",
@@ -31,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "BufferConfig": "art.config",
     "Persona": "art.config",
     "ProcessOptions": "art.config",
+    "QueueConfig": "art.config",
+    # queued runs
+    "RunHandle": "art.queue.runs",
     # tools
     "IToolExecutor": "art.tooling",
     "ToolSchema": "art.tooling",
@@ -96,12 +101,14 @@ if TYPE_CHECKING:
         aplan,
         aprocess,
         aresume_execution,
+        asubmit,
         check_for_suspended_state,
         configure,
         create_art_instance,
         plan,
         process,
         resume_execution,
+        submit,
     )
     from art.callbacks import AgentCallbacks
     from art.config import (
@@ -110,6 +117,7 @@ if TYPE_CHECKING:
         ExecutionConfig,
         Persona,
         ProcessOptions,
+        QueueConfig,
     )
     from art.errors import (
         ArtError,
@@ -129,6 +137,7 @@ if TYPE_CHECKING:
     from art.function_tools import tool
     from art.instance import ArtInstance
     from art.plans import Plan, Step
+    from art.queue.runs import RunHandle
     from art.registry import ToolRegistry
     from art.responses import (
         AgentFinalResponse,

@@ -16,6 +16,7 @@ from art.instance import ArtInstance, create_art_instance
 if TYPE_CHECKING:
     from art.config import ArtInstanceConfig, ProcessOptions
     from art.plans import Plan
+    from art.queue.runs import RunHandle
     from art.responses import AgentFinalResponse
     from art.suspension import Decision, SuspendedState
 
@@ -23,6 +24,7 @@ __all__ = [
     "aplan",
     "aprocess",
     "aresume_execution",
+    "asubmit",
     "check_for_suspended_state",
     "configure",
     "create_art_instance",
@@ -30,6 +32,7 @@ __all__ = [
     "plan",
     "process",
     "resume_execution",
+    "submit",
 ]
 
 _lock = threading.Lock()
@@ -98,6 +101,20 @@ async def aprocess(
 ) -> AgentFinalResponse:
     """Async `process`."""
     return await default_instance().aprocess(query, thread_id, options)
+
+
+def submit(
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+) -> RunHandle:
+    """Queue `query` on `thread_id`; returns the run's handle at once (see docs/deployment.md)."""
+    return default_instance().submit(query, thread_id, options)
+
+
+async def asubmit(
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+) -> RunHandle:
+    """Async `submit`."""
+    return await default_instance().asubmit(query, thread_id, options)
 
 
 def plan(query: str, thread_id: str | None = None) -> Plan:

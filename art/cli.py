@@ -1263,3 +1263,9 @@ def _when(moment: datetime | None) -> str:
     if moment is None:
         return "-"
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+# Queued runs: `art submit`, `art worker`, `art workers` (art/queue/cli.py).
+from art.queue.cli import register_queue_commands  # noqa: E402
+
+register_queue_commands(app)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from art._models import ArtModel
 
@@ -79,6 +79,41 @@ class ProcessOptions(ArtModel):
     tools: list[Any] | None = None
     system_context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    # The run's id: a new run gets it, and the thread's active run is continued only if
+    # it has this id (not matched by query). Queued runs carry one so a retried job
+    # continues its own run.
+    run_id: str | None = Field(None, min_length=1, max_length=200)
+
+
+class QueueConfig(ArtModel):
+    """How queued runs (`submit`, `art worker`) are taken and run; see docs/deployment.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Workers take runs from this queue only.
+    name: str = Field("art", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")
+    # Run submitted runs in the submitting process too. None: yes on SQLite and memory
+    # storage, no on PostgreSQL (where `art worker` processes run them).
+    in_process: bool | None = None
+    # Runs one worker executes at the same time.
+    concurrency: int = Field(8, ge=1, le=1000)
+    # How often a worker records that it is alive (and looks for dead workers).
+    heartbeat_s: float = Field(2.0, gt=0)
+    # A worker silent this long is dead: its runs are taken over, from their stored steps.
+    stalled_after_s: float = Field(10.0, gt=0)
+    # On SIGTERM: wait this long for running runs to end, then hand the rest back.
+    shutdown_timeout_s: float = Field(30.0, ge=0)
+    # How often an idle worker looks for runs it was not told about.
+    poll_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _stalled_after_heartbeats(self) -> QueueConfig:
+        if self.stalled_after_s < 2 * self.heartbeat_s:
+            raise ValueError(
+                f"stalled_after_s ({self.stalled_after_s}) must be at least twice heartbeat_s "
+                f"({self.heartbeat_s}), or a live worker could be taken for dead"
+            )
+        return self
 
 
 class ArtInstanceConfig(ArtModel):
@@ -98,6 +133,7 @@ class ArtInstanceConfig(ArtModel):
     # MCP servers whose tools join `tools`: a path to an mcpServers JSON file, a dict in
     # that format, an MCPConfig or an MCPClient (art.adapters.mcp; docs/mcp.md)
     mcp_servers: Any = None
+    queue: QueueConfig = Field(default_factory=QueueConfig)
 
     @field_validator("persona", mode="before")
     @classmethod

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from art.llm import LLMClient
     from art.planning import Planner
     from art.plans import Plan
+    from art.queue.runs import RunHandle, RunQueue
     from art.registry import ToolRegistry
     from art.run_setup import RunSetup
 
@@ -144,6 +145,7 @@ class ArtInstance:
         self._portal: Portal | None = None
         self._active: dict[str, Run] = {}  # the runs under way, for `cancel`
         self._closed = False
+        self._queue: RunQueue | None = None
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
         self._tool_pool: ThreadPoolExecutor | None = None
         self._tool_pool_lock = threading.Lock()  # runs may start from several threads
@@ -397,14 +399,17 @@ class ArtInstance:
         """Sync `alist_threads`."""
         return self._sync(self.alist_threads(limit=limit))
 
-    def cancel(self, thread_id: str, reason: str = "cancelled by the caller") -> bool:
-        """Stop the run this instance is executing on `thread_id`; False when there is none.
+    def cancel(
+        self, thread_id: str, reason: str = "cancelled by the caller", *, run_id: str | None = None
+    ) -> bool:
+        """Stop the run this instance is executing on `thread_id` (only if its id is
+        `run_id`, when given); False when there is none.
 
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
         run = self._active.get(_storable(thread_id))
-        if run is None:
+        if run is None or (run_id is not None and run.context.run_id != run_id):
             return False
         try:
             running = asyncio.get_running_loop()
@@ -418,11 +423,48 @@ class ArtInstance:
             run.loop.call_soon_threadsafe(run.cancel, reason)
         return True
 
+    # -- queued runs --------------------------------------------------------------------
+    async def asubmit(
+        self,
+        query: str,
+        thread_id: str,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> RunHandle:
+        """Queue `query` on `thread_id` and return its handle at once (see docs/deployment.md).
+
+        A worker runs it: `art worker` processes, and this process too on SQLite and memory
+        storage (`config.queue.in_process`)."""
+        self._check_open()
+        await self._prepare()
+        return await self.queue.submit(query, thread_id, options)
+
+    def submit(
+        self,
+        query: str,
+        thread_id: str,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> RunHandle:
+        """Sync `asubmit`; the handle's sync methods (`status`, `wait`, `cancel`) work too."""
+        return self._sync(self.asubmit(query, thread_id, options))
+
+    @property
+    def queue(self) -> RunQueue:
+        """The queue of this instance's storage: `submit`, `get(run_id)`, `stats()`."""
+        if self._queue is None:
+            from art.queue.runs import RunQueue
+
+            self._queue = RunQueue(self.storage, self.config.queue, instance=self, sync=self._sync)
+        return self._queue
+
     # -- lifecycle ----------------------------------------------------------------------
     async def aclose(self) -> None:
-        """Close the storage this instance opened. Idempotent."""
+        """Stop the in-process queue worker, then close the storage this instance opened.
+        Idempotent."""
         if self._closed:
             return
+        queue, self._queue = self._queue, None
+        if queue is not None:  # before closing: its runs end or go back to the queue
+            await queue.aclose()
         self._closed = True
         with self._tool_pool_lock:
             pool, self._tool_pool = self._tool_pool, None

@@ -249,14 +249,18 @@ async def open_run(
     run's setup. Raises HookVeto when a `run:before` hook refuses the run (nothing stored).
 
     The same query as the thread's active run is an idempotent retry: it continues where
-    the run stopped. Another query marks that run abandoned and starts a new one.
+    the run stopped (with `opts.run_id`, the run of that id is continued instead, and a
+    new run gets that id). Another query marks that run abandoned and starts a new one.
     """
     active = await storage.get_active_run(thread_id)
-    continued = active is not None and active.query == query
+    # The same run: the one the caller names (queued runs name theirs), else the same query.
+    continued = active is not None and (
+        active.run_id == opts.run_id if opts.run_id else active.query == query
+    )
     record = active if continued and active is not None else None
     if record is None:
         record = RunRecord(
-            run_id=uuid.uuid4().hex,
+            run_id=opts.run_id or uuid.uuid4().hex,
             thread_id=thread_id,
             trace_id=new_trace_id(),
             query=query,

@@ -1,0 +1,52 @@
+"""Queued runs: submit now, run on any worker, survive any one worker dying.
+
+`inst.submit(query, thread_id)` (or `art.submit`) stores a job and returns a `RunHandle` at
+once; workers (`art worker`, `run_worker`, or the submitting process itself on SQLite) take
+jobs, one run per thread at a time and in submission order, and a run whose worker died is
+taken over by another within `QueueConfig.stalled_after_s` (plus a heartbeat), continuing
+from its stored steps. On PostgreSQL the queue is procrastinate's; on SQLite, two tables in
+the same file. See docs/deployment.md.
+
+Names load on first use, so the `art` command can register its queue commands cheaply.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "QueueConfig": "art.config",
+    "QueueStats": "art.queue.jobs",
+    "RunStatus": "art.queue.jobs",
+    "WorkerInfo": "art.queue.jobs",
+    "RunHandle": "art.queue.runs",
+    "RunQueue": "art.queue.runs",
+    "run_worker": "art.queue.worker",
+}
+
+__all__ = [
+    "QueueConfig",
+    "QueueStats",
+    "RunHandle",
+    "RunQueue",
+    "RunStatus",
+    "WorkerInfo",
+    "run_worker",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'art.queue' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from art.config import QueueConfig
+    from art.queue.jobs import QueueStats, RunStatus, WorkerInfo
+    from art.queue.runs import RunHandle, RunQueue
+    from art.queue.worker import run_worker

@@ -1,0 +1,106 @@
+"""The seam between queued runs and the task queue that holds them.
+
+A `QueueBackend` keeps one job per submitted run, locked by thread: of a thread's jobs only
+the oldest waiting one may start, and only when none of them is running, so a thread runs
+one queued run at a time, in the order they were submitted. Its `QueueWorker` takes jobs,
+runs them with an `ArtInstance`, heartbeats, and takes over the jobs of workers that stopped
+heartbeating. Two backends, chosen by the instance's storage (`open_backend`):
+
+- PostgreSQL: procrastinate (`art.queue.postgres`), in the same database;
+- SQLite and memory: a job table in the same SQLite file (`art.queue.sqlite`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from art.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from art.config import QueueConfig
+    from art.instance import ArtInstance
+    from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats
+    from art.state import StorageAdapter
+
+__all__ = ["QueueBackend", "QueueWorker", "open_backend"]
+
+
+class QueueWorker(ABC):
+    """Takes a queue's jobs and runs them with one instance, `concurrency` at a time."""
+
+    worker_id: int | None = None
+
+    @abstractmethod
+    async def run(self) -> None:
+        """Work until `stop()` (or SIGTERM / SIGINT, when installing signal handlers), then
+        wait up to `shutdown_timeout_s` for running runs and hand the rest back."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop taking runs and shut down (safe from any thread, idempotent)."""
+
+    def wake(self) -> None:  # noqa: B027 - a backend notified by its database needs nothing
+        """Something changed in this process (a run submitted or cancelled): look now."""
+
+
+class QueueBackend(ABC):
+    """Where queued runs wait: enqueue, look up, cancel, count; and the worker that runs them."""
+
+    kind: str = ""
+    config: QueueConfig
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and create the queue's tables if missing. Idempotent."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def enqueue(self, spec: JobSpec) -> None:
+        """Add a job for `spec`, committed before returning."""
+
+    @abstractmethod
+    async def job(self, run_id: str) -> JobView | None:
+        """The job of run `run_id`, or None."""
+
+    @abstractmethod
+    async def cancel(self, run_id: str) -> CancelOutcome:
+        """Take a waiting job out of the queue, or ask the worker running it to stop."""
+
+    @abstractmethod
+    async def stats(self) -> QueueStats:
+        """Jobs by state and the registered workers."""
+
+    @abstractmethod
+    def worker(
+        self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
+    ) -> QueueWorker:
+        """A worker running this queue's jobs with `instance` (same storage)."""
+
+
+def open_backend(storage: StorageAdapter, config: QueueConfig) -> QueueBackend:
+    """The backend for `storage`: procrastinate on PostgreSQL, a SQLite job table otherwise.
+
+    Built, not opened. Raises ConfigurationError for a storage adapter art does not ship
+    (queued runs need a database both the submitter and the workers reach).
+    """
+    from art.adapters.memory import MemoryStorage
+    from art.adapters.sqlite import SQLiteStorage
+
+    if isinstance(storage, SQLiteStorage):
+        from art.queue.sqlite import SQLiteQueue
+
+        return SQLiteQueue(str(storage.path), config, kind="sqlite")
+    if isinstance(storage, MemoryStorage):
+        from art.queue.sqlite import SQLiteQueue
+
+        return SQLiteQueue(":memory:", config, kind="memory")
+    if type(storage).__name__ == "PostgresStorage":  # importing it needs psycopg
+        from art.queue.postgres import ProcrastinateQueue
+
+        return ProcrastinateQueue(storage.url, config)
+    raise ConfigurationError(
+        f"queued runs need SQLite, PostgreSQL or memory storage, not {type(storage).__name__}"
+    )

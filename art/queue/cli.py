@@ -1,0 +1,325 @@
+"""The queue's commands: `art submit`, `art worker`, `art workers` (registered by art/cli.py).
+
+Like the rest of the `art` command they use the public API and import the engine inside
+the command, so `art --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from art.cli import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_SUSPENDED,
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    ModelOption,
+    Output,
+    StorageOption,
+    ToolsOption,
+)
+
+if TYPE_CHECKING:
+    from art.config import QueueConfig
+    from art.instance import ArtInstance
+    from art.queue.backend import QueueWorker
+    from art.queue.jobs import QueueStats
+
+__all__ = ["register_queue_commands"]
+
+QueueOption = Annotated[
+    str | None,
+    typer.Option(
+        "--queue", "-q", metavar="NAME", help="The queue's name (default: art).", show_default=False
+    ),
+]
+
+_EXIT_BY_STATUS = {"completed": EXIT_OK, "partial": EXIT_OK, "suspended": EXIT_SUSPENDED}
+
+
+def submit(
+    query: Annotated[str, typer.Argument(help="What to ask.", show_default=False, metavar="QUERY")],
+    thread: Annotated[
+        str | None,
+        typer.Option(
+            "--thread",
+            "-T",
+            metavar="THREAD",
+            help="Thread id (default: a new one).",
+            show_default=False,
+        ),
+    ] = None,
+    storage: StorageOption = None,
+    queue: QueueOption = None,
+    user_id: Annotated[
+        str | None, typer.Option("--user-id", metavar="ID", help="Recorded on the run.")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", "-w", help="Wait for the run's end and print it.")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", metavar="S", help="With --wait: give up after S seconds."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Queue QUERY for a worker and print the run's id (with --wait, its end)."""
+    from art.cli import _exit, _guard
+
+    out = Output(json=json_output)
+    thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
+    options = {"user_id": user_id} if user_id else None
+
+    async def do_submit() -> int:
+        from art.queue.runs import RunQueue
+
+        async with RunQueue(storage, _queue_config(queue)) as run_queue:
+            handle = await run_queue.submit(query, thread_id, options)
+            stats = await run_queue.stats()
+            if not wait:
+                _print_submitted(out, handle.id, thread_id, stats)
+                return EXIT_OK
+            if not out.json:
+                out.errors.print(f"[dim]queued run {handle.id} on thread {thread_id}; waiting[/]")
+            import asyncio
+
+            try:
+                async with asyncio.timeout(timeout):
+                    record = await handle.result()
+            except TimeoutError:
+                raise CliError(
+                    "TIMEOUT", f"run {handle.id} has not ended after {timeout} s"
+                ) from None
+        if out.json:
+            out.emit_json(record.model_dump(mode="json"))
+        else:
+            _print_ended(out, record)
+        return _EXIT_BY_STATUS.get(record.status, EXIT_ERROR)
+
+    _exit(_guard(out, do_submit))
+
+
+def worker(
+    instance: Annotated[
+        str | None,
+        typer.Option(
+            "--instance",
+            "-i",
+            metavar="MODULE:ATTR",
+            help="Your application's ArtInstance (or a function returning one): its model, "
+            "tools and storage. Instead of --model/--tools/--storage.",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    queue: QueueOption = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-c", metavar="N", help="Runs at a time (default 8)."),
+    ] = None,
+    heartbeat: Annotated[
+        float | None,
+        typer.Option("--heartbeat", metavar="S", help="Heartbeat interval (default 2 s)."),
+    ] = None,
+    stalled_after: Annotated[
+        float | None,
+        typer.Option(
+            "--stalled-after",
+            metavar="S",
+            help="A worker silent this long is dead; its runs are taken over (default 10 s).",
+        ),
+    ] = None,
+    shutdown_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--shutdown-timeout",
+            metavar="S",
+            help="On SIGTERM, let running runs end for S seconds, then hand them back "
+            "(default 30 s).",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", metavar="NAME", help="Shown by `art workers`.")
+    ] = None,
+) -> None:
+    """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
+    from art.cli import _build_instance, _exit, _guard
+
+    out = Output(json=False)
+    changes = {
+        "name": queue,
+        "concurrency": concurrency,
+        "heartbeat_s": heartbeat,
+        "stalled_after_s": stalled_after,
+        "shutdown_timeout_s": shutdown_timeout,
+    }
+
+    async def serve() -> int:
+        from art.queue.worker import run_worker
+
+        if instance is not None:
+            if model or storage or tools:
+                raise CliError(
+                    "CONFIG_ERROR",
+                    "--instance brings its own model, tools and storage: leave out "
+                    "--model, --tools and --storage",
+                    EXIT_USAGE,
+                )
+            inst = _load_instance(instance)
+        else:
+            inst = _build_instance(model, storage, tools)
+        inst.config.queue = _queue_config(None, base=inst.config.queue, **changes)
+        async with inst:
+            await run_worker(inst, name=name, started=lambda w: _announce(out, inst, w))
+        out.errors.print("[dim]worker stopped[/]")
+        return EXIT_OK
+
+    _exit(_guard(out, serve))
+
+
+def workers(
+    storage: StorageOption = None,
+    queue: QueueOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show the queue: runs waiting and by state, and every worker with its heartbeat."""
+    from art.cli import _exit, _guard
+
+    out = Output(json=json_output)
+
+    async def show() -> int:
+        from art.queue.runs import RunQueue
+
+        async with RunQueue(storage, _queue_config(queue)) as run_queue:
+            stats = await run_queue.stats()
+            where = repr(run_queue.storage)
+        if out.json:
+            document = stats.model_dump(mode="json")
+            document.update(queued=stats.queued, running=stats.running)
+            out.emit_json(document)
+        else:
+            _print_stats(out, stats, where)
+        return EXIT_OK
+
+    _exit(_guard(out, show))
+
+
+def register_queue_commands(app: typer.Typer) -> None:
+    app.command()(submit)
+    app.command()(worker)
+    app.command()(workers)
+
+
+# -- helpers ----------------------------------------------------------------------------
+def _queue_config(
+    queue: str | None, *, base: QueueConfig | None = None, **changes: Any
+) -> QueueConfig:
+    from pydantic import ValidationError
+
+    from art.config import QueueConfig
+
+    if queue:
+        changes["name"] = queue
+    updates = {key: value for key, value in changes.items() if value is not None}
+    try:
+        data = {**(base.model_dump() if base is not None else {}), **updates}
+        return QueueConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise CliError("CONFIG_ERROR", f"bad queue option: {problems}", EXIT_USAGE) from None
+
+
+def _load_instance(spec: str) -> ArtInstance:
+    from art.cli import _import_target
+    from art.instance import ArtInstance
+
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise CliError("CONFIG_ERROR", f"--instance {spec!r}: expected module:attr", EXIT_USAGE)
+    value = getattr(_import_target(target, spec), attr, None)
+    if callable(value) and not isinstance(value, ArtInstance):
+        value = value()
+    if not isinstance(value, ArtInstance):
+        raise CliError(
+            "CONFIG_ERROR",
+            f"--instance {spec!r}: expected an ArtInstance or a function returning one, "
+            f"got {type(value).__name__}",
+            EXIT_USAGE,
+        )
+    return value
+
+
+def _announce(out: Output, inst: ArtInstance, queue_worker: QueueWorker) -> None:
+    config = inst.config.queue
+    out.errors.print(
+        f"[bold]art worker[/] on {inst.storage!r}, queue [bold]{config.name}[/]: "
+        f"{config.concurrency} runs at a time; a worker silent {config.stalled_after_s:g} s "
+        f"is presumed dead and its runs taken over. SIGTERM or Ctrl-C stops it (running "
+        f"runs get {config.shutdown_timeout_s:g} s, then go back to the queue)."
+    )
+
+
+def _print_submitted(out: Output, run_id: str, thread_id: str, stats: QueueStats) -> None:
+    if out.json:
+        out.emit_json(
+            {"run_id": run_id, "thread_id": thread_id, "queue": stats.queue, "status": "queued"}
+        )
+        return
+    alive = sum(1 for w in stats.workers if not w.stalled)
+    out.console.print(f"queued run [bold]{run_id}[/] on thread [bold]{thread_id}[/]")
+    note = f"{stats.queued} waiting in queue {stats.queue}, {alive} worker(s) alive"
+    if not alive:
+        note += "; start one with: art worker"
+    out.console.print(f"[dim]{note}[/]")
+
+
+def _print_ended(out: Output, record: Any) -> None:
+    from art.cli import _status_text
+
+    if record.error is not None:
+        out.errors.print(f"[red bold]error[/] [red]{record.error.code}[/]: {record.error.message}")
+    elif record.answer:
+        from rich.markdown import Markdown
+
+        out.console.print(Markdown(record.answer))
+    line = _status_text(record.status)
+    line.append(f"  run {record.run_id} · thread {record.thread_id}", style="dim")
+    out.console.print(line)
+
+
+def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
+    from rich.table import Table
+
+    from art.cli import _seconds, _when
+
+    jobs = ", ".join(f"{count} {state}" for state, count in sorted(stats.jobs.items()))
+    out.console.print(
+        f"queue [bold]{stats.queue}[/] on {where}: [bold]{stats.queued}[/] waiting, "
+        f"[bold]{stats.running}[/] running" + (f" ({jobs})" if jobs else " (no runs yet)")
+    )
+    if not stats.workers:
+        out.console.print("[dim]No workers. Start one with [bold]art worker[/].[/]")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("worker", "name", "host", "pid", "running", "heartbeat", "state", "since"):
+        table.add_column(column)
+    for w in stats.workers:
+        state = "[red]stalled[/]" if w.stalled else "[green]alive[/]"
+        table.add_row(
+            str(w.worker_id),
+            w.name or "-",
+            w.host or "-",
+            str(w.pid or "-"),
+            str(w.running),
+            f"{_seconds(w.heartbeat_age_s)} ago",
+            state,
+            _when(w.started_at),
+        )
+    out.console.print(table)

@@ -1,0 +1,133 @@
+"""Running one queued run on a worker, the same way on every backend.
+
+A job runs `aprocess(query, thread_id, run_id=...)`: the run is created with the id the
+submitter was given, and a job that runs again (its worker died, or handed it back)
+continues that same run from its stored steps, as a retried `process` does. A run that has
+already ended (its worker died after finishing it, before the queue heard) is not run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from art._log import get_logger
+from art.errors import RunErrorCode, ThreadBusyError
+from art.responses import RunError, utcnow
+from art.spans import new_trace_id
+from art.state import ACTIVE_RUN_STATES, RunRecord, RunState
+
+if TYPE_CHECKING:
+    from art.instance import ArtInstance
+    from art.queue.jobs import JobSpec
+    from art.state import StorageAdapter
+
+__all__ = ["RunJob", "ended_status", "mark_cancelled"]
+
+log = get_logger(__name__)
+
+_RUN_STATE: dict[str, RunState] = {
+    "success": "completed",
+    "partial": "partial",
+    "suspended": "suspended",
+    "error": "failed",
+}
+# How often a cancel that arrived before the run registered with its instance is retried.
+_CANCEL_RETRY_S = 0.02
+
+
+async def ended_status(storage: StorageAdapter, run_id: str) -> RunState | None:
+    """The run's status if it is stored and no longer active (it ran to an end), else None."""
+    record = await storage.get_run(run_id)
+    if record is None or record.status in ACTIVE_RUN_STATES:
+        return None
+    return record.status
+
+
+async def mark_cancelled(storage: StorageAdapter, spec: JobSpec, reason: str) -> RunState:
+    """Record a queued run cancelled before it ran to an end: failed, code CANCELLED.
+
+    Stored under the thread's lease, as a run's end is; a run that has ended meanwhile
+    keeps its status, which is returned.
+    """
+    error = RunError(code=RunErrorCode.CANCELLED, message=reason)
+    try:
+        async with storage.lease(spec.thread_id):
+            record = await storage.get_run(spec.run_id)
+            if record is None:
+                record = RunRecord(
+                    run_id=spec.run_id,
+                    thread_id=spec.thread_id,
+                    trace_id=new_trace_id(),
+                    query=spec.query,
+                    status="failed",
+                    user_id=spec.options.get("user_id"),
+                    session_id=spec.options.get("session_id"),
+                    error=error,
+                )
+                await storage.create_run(record)
+            elif record.status in ACTIVE_RUN_STATES:
+                record.status = "failed"
+                record.error = error
+                record.updated_at = utcnow()
+                await storage.update_run(record)
+            return record.status
+    except ThreadBusyError:
+        # Someone runs the thread outside the queue right now; the interrupted run stays
+        # as a crash leaves it (their `process` continues or abandons it).
+        log.warning("cancelled run left as it was: its thread is busy", run_id=spec.run_id)
+        return "failed"
+
+
+class RunJob:
+    """One queued run on a worker: `run()` to its end; `cancel()` stops it on request."""
+
+    def __init__(self, instance: ArtInstance, spec: JobSpec, *, busy_wait_s: float) -> None:
+        self.instance = instance
+        self.spec = spec
+        self.busy_wait_s = busy_wait_s
+        self.cancel_reason: str | None = None
+        self._running = False
+
+    async def run(self) -> RunState:
+        """Run (or continue) the run; its final status. A cancelled task leaves the run as
+        a crash would: the next attempt continues it."""
+        spec, storage = self.spec, self.instance.storage
+        options = {**spec.options, "run_id": spec.run_id}
+        self._running = True
+        try:
+            while True:
+                if self.cancel_reason is not None:
+                    return await mark_cancelled(storage, spec, self.cancel_reason)
+                ended = await ended_status(storage, spec.run_id)
+                if ended is not None:
+                    return ended
+                try:
+                    response = await self.instance.aprocess(spec.query, spec.thread_id, options)
+                except ValueError:
+                    # The run was created meanwhile by a worker presumed dead that was not.
+                    if (ended := await ended_status(storage, spec.run_id)) is not None:
+                        return ended
+                    raise
+                error = response.metadata.error
+                if error is None or error.code != RunErrorCode.THREAD_BUSY:
+                    return _RUN_STATE[response.metadata.status]
+                # Held outside the queue (a direct `process`, or a worker presumed dead that
+                # is still running): wait for the lease; the queue keeps the thread's order.
+                await asyncio.sleep(self.busy_wait_s)
+        finally:
+            self._running = False
+
+    def cancel(self, reason: str) -> None:
+        """Stop the run (its response ends with code CANCELLED). Call on the worker's loop."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+            self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        if not self._running:
+            return
+        spec = self.spec
+        if not self.instance.cancel(spec.thread_id, self.cancel_reason or "", run_id=spec.run_id):
+            # Not registered with the instance yet (or between attempts): try again shortly.
+            asyncio.get_running_loop().call_later(_CANCEL_RETRY_S, self._cancel_running)

@@ -1,0 +1,109 @@
+"""A queued run while it waits and runs: its job, the job's states, and the queue's figures.
+
+Every backend keeps one job per submitted run. A job's arguments are a `JobSpec` (what a
+worker needs to run it); its state is one of `JobState`, the vocabulary procrastinate uses
+(`todo` waiting, `doing` taken by a worker, then one final state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from art._models import ArtModel
+
+__all__ = [
+    "FINAL_JOB_STATES",
+    "CancelOutcome",
+    "JobSpec",
+    "JobState",
+    "JobView",
+    "QueueStats",
+    "RunStatus",
+    "WorkerInfo",
+]
+
+JobState = Literal["todo", "doing", "succeeded", "failed", "cancelled", "aborted"]
+FINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "aborted"})
+
+#: What a run handle reports: waiting or running in the queue, then the run's own status.
+RunStatus = Literal["queued", "running", "suspended", "completed", "partial", "failed", "abandoned"]
+
+#: What cancelling a queued run did: taken out of the queue before it started, asked to
+#: stop on its worker, nothing (it had ended already), or no such run.
+CancelOutcome = Literal["cancelled", "aborting", "ended", "missing"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One queued run, as its job's JSON arguments: everything a worker needs to run it."""
+
+    run_id: str
+    thread_id: str
+    query: str
+    options: dict[str, Any]
+    submitted_at: str  # ISO 8601, UTC
+
+    def to_args(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "query": self.query,
+            "options": self.options,
+            "submitted_at": self.submitted_at,
+        }
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> JobSpec:
+        return cls(
+            run_id=args["run_id"],
+            thread_id=args["thread_id"],
+            query=args["query"],
+            options=dict(args.get("options") or {}),
+            submitted_at=args.get("submitted_at") or "",
+        )
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as a backend reports it."""
+
+    spec: JobSpec
+    state: JobState
+    attempts: int  # how many times it went back to the queue (taken over, handed back)
+    worker_id: int | None = None
+    error: str | None = None
+
+
+class WorkerInfo(ArtModel):
+    """One registered worker, as `art workers` shows it."""
+
+    worker_id: int
+    name: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started_at: datetime | None = None
+    last_heartbeat: datetime
+    heartbeat_age_s: float
+    running: int = 0
+    #: Silent longer than `stalled_after_s`: presumed dead, its runs are being taken over.
+    stalled: bool = False
+
+
+class QueueStats(ArtModel):
+    """A queue's depth, its jobs by state and its workers."""
+
+    queue: str
+    backend: str
+    jobs: dict[str, int]
+    workers: list[WorkerInfo]
+
+    @property
+    def queued(self) -> int:
+        """Runs waiting for a worker (the queue's depth)."""
+        return self.jobs.get("todo", 0)
+
+    @property
+    def running(self) -> int:
+        return self.jobs.get("doing", 0)

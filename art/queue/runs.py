@@ -1,0 +1,325 @@
+"""Submitting runs to the queue and following them: `RunQueue` and `RunHandle`.
+
+`RunQueue.submit` stores a job and returns a `RunHandle` at once; the run's id is fixed at
+submission and becomes its `RunRecord.run_id`, so `get_state` finds it once it starts. With
+an instance and `in_process` on (the default on SQLite and memory storage), the queue also
+runs a worker inside the process, from the first use until the instance closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import ValidationError
+
+from art._log import get_logger
+from art.config import ProcessOptions, QueueConfig
+from art.errors import ConfigurationError, RunErrorCode
+from art.queue.backend import QueueWorker, open_backend
+from art.queue.jobs import FINAL_JOB_STATES, JobSpec, JobView, QueueStats, RunStatus
+from art.responses import RunError, utcnow
+from art.spans import new_trace_id
+from art.state import ACTIVE_RUN_STATES, RunRecord
+from art.storage import timestamp_key
+
+if TYPE_CHECKING:
+    from art.instance import ArtInstance
+    from art.state import StorageAdapter
+
+__all__ = ["RunHandle", "RunQueue"]
+
+log = get_logger(__name__)
+T = TypeVar("T")
+SyncRunner = Callable[[Coroutine[Any, Any, Any]], Any]
+
+# How often a waiting handle looks at its job: soon at first, then every 100 ms.
+_FIRST_POLL_S = 0.005
+_MAX_POLL_S = 0.1
+
+
+class RunQueue:
+    """Queued runs on one storage: submit, look up, cancel, count; optionally run them here.
+
+    Works without a model (a web process that only submits): `RunQueue(storage)`. Built by
+    an instance (`inst.submit`), it can also run the queue's jobs in-process.
+    """
+
+    def __init__(
+        self,
+        storage: StorageAdapter | str | None = None,
+        config: QueueConfig | Mapping[str, Any] | None = None,
+        *,
+        instance: ArtInstance | None = None,
+        sync: SyncRunner | None = None,
+    ) -> None:
+        from art.state import StorageAdapter
+        from art.storage import open_storage
+
+        self.storage = open_storage(storage)
+        # A storage URL is opened (and closed) here; an adapter belongs to its owner.
+        self._owns_storage = instance is None and not isinstance(storage, StorageAdapter)
+        try:
+            self.config = (
+                config if isinstance(config, QueueConfig) else QueueConfig(**(config or {}))
+            )
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid queue configuration: {exc}") from None
+        self.backend = open_backend(self.storage, self.config)
+        self.instance = instance
+        self._sync = sync
+        self._opened = False
+        self._closed = False
+        self._worker: QueueWorker | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"RunQueue({self.backend!r})"
+
+    @property
+    def in_process(self) -> bool:
+        """Whether this process runs the queue's jobs too (needs an instance)."""
+        if self.instance is None:
+            return False
+        if self.config.in_process is not None:
+            return self.config.in_process
+        return self.backend.kind != "postgresql"
+
+    # -- lifecycle ----------------------------------------------------------------
+    async def open(self) -> None:
+        if self._closed:
+            raise ConfigurationError("this RunQueue is closed")
+        if not self._opened:
+            await self.storage.open()
+            await self.backend.open()
+            self._opened = True
+        if self.in_process and self._worker_task is None:
+            self._start_worker()
+
+    def _start_worker(self) -> None:
+        assert self.instance is not None
+        worker = self.backend.worker(self.instance, name=None, signals=False)
+        self._worker = worker
+        self._worker_task = asyncio.get_running_loop().create_task(
+            self._serve(worker), name="art-queue-in-process"
+        )
+
+    @staticmethod
+    async def _serve(worker: QueueWorker) -> None:
+        try:
+            await worker.run()
+        except Exception:
+            log.exception("the in-process queue worker stopped")
+
+    async def aclose(self) -> None:
+        """Stop the in-process worker (its runs end within `shutdown_timeout_s` or go back
+        to the queue), then close the queue's connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        worker, task = self._worker, self._worker_task
+        self._worker = self._worker_task = None
+        if worker is not None and task is not None:
+            worker.stop()
+            await task
+        await self.backend.close()
+        if self._owns_storage and self._opened:
+            await self.storage.close()
+
+    async def __aenter__(self) -> RunQueue:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- submitting ---------------------------------------------------------------
+    async def submit(
+        self,
+        query: str,
+        thread_id: str,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> RunHandle:
+        """Queue `query` on `thread_id`; returns once the job is stored (committed).
+
+        `options` are `process`'s; its `run_id` names the run (default: a new id). Submitting
+        a `run_id` again returns the same run's handle (an idempotent retry) when the query
+        and thread match, and raises ValueError otherwise.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigurationError("submit needs a non-empty query")
+        if not isinstance(thread_id, str) or not thread_id:
+            raise ConfigurationError("submit needs a non-empty thread_id")
+        opts = _process_options(options)
+        run_id = opts.run_id or uuid.uuid4().hex
+        spec = JobSpec(
+            run_id=run_id,
+            thread_id=thread_id,
+            query=query,
+            options=opts.model_dump(mode="json", exclude_none=True, exclude={"run_id"}),
+            submitted_at=timestamp_key(utcnow()),
+        )
+        await self.open()
+        try:
+            await self.backend.enqueue(spec)
+        except Exception as exc:
+            existing = await self.backend.job(run_id) if opts.run_id else None
+            if existing is None:
+                raise
+            if (existing.spec.thread_id, existing.spec.query) != (thread_id, query):
+                raise ValueError(
+                    f"run {run_id!r} was already submitted, with another query or thread"
+                ) from exc
+            spec = existing.spec
+        if self._worker is not None:
+            self._worker.wake()
+        return RunHandle(self, spec)
+
+    async def get(self, run_id: str) -> RunHandle:
+        """The handle of a submitted run (from any process). KeyError if there is none."""
+        await self.open()
+        job = await self.backend.job(run_id)
+        if job is None:
+            raise KeyError(f"no queued run {run_id!r}")
+        return RunHandle(self, job.spec)
+
+    async def stats(self) -> QueueStats:
+        """The queue's depth, jobs by state and workers (what `art workers` shows)."""
+        await self.open()
+        return await self.backend.stats()
+
+    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._sync is None:
+            coro.close()
+            raise RuntimeError(
+                "this queue has no sync bridge: await the handle's async methods "
+                "(astatus, result, acancel), or use inst.submit for sync handles"
+            )
+        result: T = self._sync(coro)
+        return result
+
+
+class RunHandle:
+    """A queued run: `id` at once, `status()`, its end (`await handle` or `wait()`), `cancel()`.
+
+    The end is the stored `RunRecord` (status `completed`, `partial`, `failed`, `suspended`
+    or `abandoned`; a run cancelled before it ran is `failed` with code CANCELLED).
+    """
+
+    def __init__(self, queue: RunQueue, spec: JobSpec) -> None:
+        self.queue = queue
+        self.spec = spec
+
+    @property
+    def id(self) -> str:
+        """The run's id (its `RunRecord.run_id` once a worker starts it)."""
+        return self.spec.run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self.spec.thread_id
+
+    @property
+    def query(self) -> str:
+        return self.spec.query
+
+    def __repr__(self) -> str:
+        return f"RunHandle(id={self.id!r}, thread_id={self.thread_id!r})"
+
+    # -- status -------------------------------------------------------------------
+    async def astatus(self) -> RunStatus:
+        """`queued`, `running`, or the run's own status once it has ended."""
+        job = await self._job()
+        if job.state == "todo":
+            return "queued"
+        record = await self.queue.storage.get_run(self.id)
+        if job.state == "doing":
+            return "running" if record is None or record.status == "running" else record.status
+        return _final(record, job).status
+
+    def status(self) -> RunStatus:
+        """Sync `astatus`."""
+        return self.queue.run_sync(self.astatus())
+
+    # -- waiting ------------------------------------------------------------------
+    async def result(self) -> RunRecord:
+        """Wait for the run's end and return it as stored (bound it with `asyncio.timeout`)."""
+        delay = _FIRST_POLL_S
+        while True:
+            job = await self._job()
+            if job.state in FINAL_JOB_STATES:
+                return _final(await self.queue.storage.get_run(self.id), job)
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, _MAX_POLL_S)
+
+    def __await__(self) -> Generator[Any, None, RunRecord]:
+        return self.result().__await__()
+
+    def wait(self, timeout: float | None = None) -> RunRecord:
+        """Sync `result`; TimeoutError if the run has not ended after `timeout` s."""
+        return self.queue.run_sync(self._result_within(timeout))
+
+    async def _result_within(self, limit_s: float | None) -> RunRecord:
+        try:
+            async with asyncio.timeout(limit_s):
+                return await self.result()
+        except TimeoutError:
+            raise TimeoutError(f"run {self.id} has not ended after {limit_s} s") from None
+
+    # -- cancelling ---------------------------------------------------------------
+    async def acancel(self) -> bool:
+        """Take the run out of the queue, or stop it on its worker (it ends `failed` with code
+        CANCELLED, keeping the steps it finished). False if it had already ended."""
+        from art.queue.execute import mark_cancelled
+
+        outcome = await self.queue.backend.cancel(self.id)
+        if outcome == "missing":
+            raise KeyError(f"no queued run {self.id!r}")
+        if outcome == "cancelled":
+            await mark_cancelled(self.queue.storage, self.spec, "cancelled before it ran")
+        elif outcome == "aborting" and self.queue._worker is not None:
+            self.queue._worker.wake()  # in case it runs here
+        return outcome != "ended"
+
+    def cancel(self) -> bool:
+        """Sync `acancel`."""
+        return self.queue.run_sync(self.acancel())
+
+    async def _job(self) -> JobView:
+        job = await self.queue.backend.job(self.id)
+        if job is None:
+            raise KeyError(f"no queued run {self.id!r}")
+        return job
+
+
+def _final(record: RunRecord | None, job: JobView) -> RunRecord:
+    """The run's end as stored, or (its job ended without one) what happened to it."""
+    if record is not None and record.status not in ACTIVE_RUN_STATES:
+        return record
+    if job.state == "cancelled":
+        error = RunError(code=RunErrorCode.CANCELLED, message="cancelled before it ran")
+    else:
+        reason = job.error or "see the worker's log"
+        error = RunError(
+            code=RunErrorCode.INTERNAL_ERROR, message=f"its worker could not run it: {reason}"
+        )
+    base = record or RunRecord(
+        run_id=job.spec.run_id,
+        thread_id=job.spec.thread_id,
+        trace_id=new_trace_id(),
+        query=job.spec.query,
+    )
+    return base.model_copy(update={"status": "failed", "error": error})
+
+
+def _process_options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
+    if options is None:
+        return ProcessOptions()
+    if isinstance(options, ProcessOptions):
+        return options
+    try:
+        return ProcessOptions.model_validate(dict(options))
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid process options: {exc}") from None
