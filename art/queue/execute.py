@@ -47,36 +47,47 @@ async def ended_status(storage: StorageAdapter, run_id: str) -> RunState | None:
 async def mark_cancelled(storage: StorageAdapter, spec: JobSpec, reason: str) -> RunState:
     """Record a queued run cancelled before it ran to an end: failed, code CANCELLED.
 
-    Stored under the thread's lease, as a run's end is; a run that has ended meanwhile
-    keeps its status, which is returned.
+    A run that never started gets a new record (no worker can start it any more, so no
+    lease is needed: its thread may well be running the run before it). One that started
+    and was interrupted is updated under the thread's lease, as a run's end is. A run that
+    has ended meanwhile keeps its status, which is returned.
     """
     error = RunError(code=RunErrorCode.CANCELLED, message=reason)
+    record = await storage.get_run(spec.run_id)
+    if record is None:
+        record = RunRecord(
+            run_id=spec.run_id,
+            thread_id=spec.thread_id,
+            trace_id=new_trace_id(),
+            query=spec.query,
+            status="failed",
+            user_id=spec.options.get("user_id"),
+            session_id=spec.options.get("session_id"),
+            error=error,
+        )
+        try:
+            await storage.create_run(record)
+            return "failed"
+        except ValueError:  # created meanwhile
+            record = await storage.get_run(spec.run_id)
+            assert record is not None
+    if record.status not in ACTIVE_RUN_STATES:
+        return record.status
     try:
         async with storage.lease(spec.thread_id):
-            record = await storage.get_run(spec.run_id)
-            if record is None:
-                record = RunRecord(
-                    run_id=spec.run_id,
-                    thread_id=spec.thread_id,
-                    trace_id=new_trace_id(),
-                    query=spec.query,
-                    status="failed",
-                    user_id=spec.options.get("user_id"),
-                    session_id=spec.options.get("session_id"),
-                    error=error,
-                )
-                await storage.create_run(record)
-            elif record.status in ACTIVE_RUN_STATES:
-                record.status = "failed"
-                record.error = error
-                record.updated_at = utcnow()
-                await storage.update_run(record)
-            return record.status
+            current = await storage.get_run(spec.run_id)
+            assert current is not None
+            if current.status in ACTIVE_RUN_STATES:
+                current.status = "failed"
+                current.error = error
+                current.updated_at = utcnow()
+                await storage.update_run(current)
+            return current.status
     except ThreadBusyError:
         # Someone runs the thread outside the queue right now; the interrupted run stays
         # as a crash leaves it (their `process` continues or abandons it).
         log.warning("cancelled run left as it was: its thread is busy", run_id=spec.run_id)
-        return "failed"
+        return record.status
 
 
 class RunJob:

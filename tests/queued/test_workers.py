@@ -53,6 +53,8 @@ class LogLine:
 
 
 def read_log(path: Path) -> list[LogLine]:
+    if not path.exists():
+        return []
     lines = []
     for raw in path.read_text().splitlines():
         event, tag, step_id, attempt, pid, at = raw.split(" ")
@@ -268,3 +270,83 @@ def test_sqlite_in_process_three_processes_sixty_runs_one_killed(
             worker.stop_if_alive()
     assert sum(len(runs) for runs in submitted.values()) == 60
     assert_take_over_in_time(check_log(log, submitted, victim, killed_at))
+
+
+# -- SIGTERM: finish, or hand back -----------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'art.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+async def started_steps(log: Path, count: int) -> None:
+    async def enough() -> bool:
+        return sum(line.event == "started" for line in read_log(log)) >= count
+
+    await wait_for(enough, f"{count} steps to start", 60)
+
+
+def test_sigterm_lets_running_runs_finish(forkserver: Any, queue_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "tools.log"
+    queue = {**QUEUE, "shutdown_timeout_s": 30.0}
+    settings = app.Settings(storage=queue_url, log=str(log), depth=2, step_s=0.4, queue=queue)
+    worker = WorkerProcess.start(forkserver, app.work_queue, settings, "w")
+
+    async def scenario() -> list[Any]:
+        async with RunQueue(queue_url, queue) as run_queue:
+            handles = [await run_queue.submit(f"t{n}-r0", f"t{n}") for n in range(2)]
+            await started_steps(log, 2)
+            stopping = time.monotonic()
+            await asyncio.to_thread(worker.terminate)
+            assert time.monotonic() - stopping < 10
+            records = [await handle for handle in handles]
+            assert (await run_queue.stats()).workers == []
+            return records
+
+    try:
+        records = asyncio.run(scenario())
+    finally:
+        worker.stop_if_alive()
+    assert [r.status for r in records] == ["completed", "completed"]
+    assert {line.pid for line in read_log(log)} == {worker.pid}
+    assert len(read_log(log)) == 8  # 2 runs x 2 steps x (started, finished), once each
+
+
+def test_sigterm_past_the_timeout_hands_runs_back(
+    forkserver: Any, queue_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "tools.log"
+    queue = {**QUEUE, "shutdown_timeout_s": 0.3}
+    slow = app.Settings(storage=queue_url, log=str(log), depth=2, step_s=30, queue=queue)
+    fast = app.Settings(storage=queue_url, log=str(log), depth=2, step_s=0.01, queue=queue)
+    first = WorkerProcess.start(forkserver, app.work_queue, slow, "slow")
+    workers = [first]
+
+    async def scenario() -> Any:
+        async with RunQueue(queue_url, queue) as run_queue:
+            handle = await run_queue.submit("t0-r0", "t0")
+            await started_steps(log, 1)
+            await asyncio.to_thread(first.terminate)
+            assert await handle.astatus() == "queued"  # back in the queue, not failed
+            interrupted = await run_queue.storage.get_run(handle.id)
+            assert interrupted is not None and interrupted.status == "running"
+            assert interrupted.steps["s1"].status == "in_progress"
+            workers.append(WorkerProcess.start(forkserver, app.work_queue, fast, "fast"))
+            record = await asyncio.wait_for(handle.result(), 60)
+            await asyncio.to_thread(workers[1].terminate)
+            return record
+
+    try:
+        record = asyncio.run(scenario())
+    finally:
+        for worker in workers:
+            worker.stop_if_alive()
+    assert record.status == "completed"
+    starts = [
+        (line.step_id, line.attempt, line.pid) for line in read_log(log) if line.event == "started"
+    ]
+    # s1 was cut short on the first worker and ran again, attempt 2, on the second.
+    assert starts == [("s1", 1, first.pid), ("s1", 2, workers[1].pid), ("s2", 1, workers[1].pid)]

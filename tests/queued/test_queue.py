@@ -1,0 +1,368 @@
+"""Queued runs inside one process: submit, status, wait, cancel, order per thread, take-over.
+
+Runs on memory and SQLite storage (the in-process worker); the same behaviour on
+PostgreSQL and across processes is in test_workers.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import art
+from art.errors import ConfigurationError
+from art.queue import QueueStats, RunQueue, run_worker
+from art.queue.backend import open_backend
+from art.state import StorageAdapter
+from art.testing import ScriptedModel
+from art.tools import Calculator
+
+from . import app
+
+FAST = {"heartbeat_s": 0.05, "stalled_after_s": 0.3, "poll_s": 0.05, "shutdown_timeout_s": 5}
+
+
+class Gate:
+    """A tool the test releases; it records which runs are inside it at once."""
+
+    def __init__(self) -> None:
+        self.entered: list[str] = []
+        self.inside: set[str] = set()
+        self.most_inside = 0
+        self.release = asyncio.Event()
+        self.changed = asyncio.Event()
+
+        @art.tool
+        async def gate(tag: str) -> str:
+            """Wait for the test.
+
+            Args:
+                tag: The run's query.
+            """
+            self.entered.append(tag)
+            self.inside.add(tag)
+            self.most_inside = max(self.most_inside, len(self.inside))
+            self.changed.set()
+            try:
+                await self.release.wait()
+            finally:
+                self.inside.discard(tag)
+            return f"{tag} done"
+
+        self.tool = gate
+
+    async def wait_entered(self, count: int) -> None:
+        while len(self.entered) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 10)
+
+
+def gate_plan(messages: list[dict[str, Any]], metadata: Any) -> dict[str, Any]:
+    tag = app.query_of(messages)
+    return {"title": tag, "steps": [{"id": "s1", "tool": "gate", "args": {"tag": tag}}]}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'art.db'}"
+
+
+@pytest.fixture
+def gate() -> Gate:
+    return Gate()
+
+
+@pytest.fixture
+async def inst(storage_url: str, gate: Gate) -> AsyncIterator[art.ArtInstance]:
+    model = ScriptedModel(planning=gate_plan, synthesis="done")
+    instance = art.create_art_instance(
+        model=model.model, tools=[gate.tool], storage=storage_url, queue=FAST
+    )
+    try:
+        yield instance
+    finally:
+        gate.release.set()
+        await instance.aclose()
+        model.unregister()
+
+
+async def test_submit_returns_at_once_and_the_run_ends_as_stored(
+    inst: art.ArtInstance, gate: Gate
+) -> None:
+    handle = await inst.asubmit("first", "t1", {"user_id": "u7"})
+    assert isinstance(handle, art.RunHandle)
+    assert (handle.thread_id, handle.query) == ("t1", "first")
+    await gate.wait_entered(1)
+    assert await handle.astatus() == "running"
+    gate.release.set()
+    record = await asyncio.wait_for(handle.result(), 10)
+    assert record.run_id == handle.id and record.status == "completed"
+    assert record.answer == "done" and record.user_id == "u7"
+    assert record.steps["s1"].output == "first done"
+    assert await handle.astatus() == "completed"
+    assert [r.run_id for r in (await inst.aget_state("t1")).runs] == [handle.id]
+    assert (await (await inst.queue.get(handle.id)).result()).run_id == handle.id
+
+
+async def test_a_threads_runs_run_one_at_a_time_in_order_others_alongside(
+    inst: art.ArtInstance, gate: Gate
+) -> None:
+    ones = [await inst.asubmit(f"one-{n}", "one") for n in range(3)]
+    others = [await inst.asubmit(f"other-{n}", f"other-{n}") for n in range(2)]
+    await gate.wait_entered(3)  # one-0 and both others: different threads spread
+    assert set(gate.inside) == {"one-0", "other-0", "other-1"}
+    assert [await h.astatus() for h in ones] == ["running", "queued", "queued"]
+    gate.release.set()
+    records = [await asyncio.wait_for(h.result(), 10) for h in ones + others]
+    assert all(r.status == "completed" for r in records)
+    assert [tag for tag in gate.entered if tag.startswith("one")] == ["one-0", "one-1", "one-2"]
+    stored = (await inst.aget_state("one")).runs
+    assert [r.run_id for r in stored] == [h.id for h in ones]
+    assert [m.content for m in (await inst.aget_state("one")).history if m.role == "user"] == [
+        "one-0",
+        "one-1",
+        "one-2",
+    ]
+
+
+async def test_cancel_a_waiting_run_and_a_running_one(inst: art.ArtInstance, gate: Gate) -> None:
+    running = await inst.asubmit("busy", "t1")
+    waiting = await inst.asubmit("next", "t1")
+    await gate.wait_entered(1)
+    assert await waiting.acancel() is True
+    cancelled = await waiting.result()
+    assert cancelled.status == "failed" and cancelled.error is not None
+    assert cancelled.error.code == "CANCELLED"
+    assert await running.acancel() is True
+    stopped = await asyncio.wait_for(running.result(), 10)
+    assert stopped.status == "failed" and stopped.error and stopped.error.code == "CANCELLED"
+    assert await running.acancel() is False  # it has ended
+    assert gate.entered == ["busy"]  # the cancelled waiting run never ran
+    statuses = [r.status for r in (await inst.aget_state("t1")).runs]
+    assert statuses == ["failed", "failed"]
+
+
+async def test_submitting_a_run_id_again_is_idempotent(inst: art.ArtInstance, gate: Gate) -> None:
+    gate.release.set()
+    first = await inst.asubmit("same", "t1", {"run_id": "order-42"})
+    again = await inst.asubmit("same", "t1", {"run_id": "order-42"})
+    assert first.id == again.id == "order-42"
+    assert (await first.result()).status == "completed"
+    with pytest.raises(ValueError, match="already submitted"):
+        await inst.asubmit("another query", "t1", {"run_id": "order-42"})
+    stats = await inst.queue.stats()
+    assert stats.jobs == {"succeeded": 1}
+
+
+async def test_stats_show_depth_states_and_the_in_process_worker(
+    inst: art.ArtInstance, gate: Gate
+) -> None:
+    for n in range(3):
+        await inst.asubmit(f"q{n}", "t1")
+    await gate.wait_entered(1)
+    stats = await inst.queue.stats()
+    assert isinstance(stats, QueueStats)
+    assert (stats.queued, stats.running) == (2, 1)
+    (worker,) = stats.workers
+    assert worker.running == 1 and not worker.stalled and worker.heartbeat_age_s < 5
+
+
+def test_sync_submit_wait_status_and_timeout(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    @art.tool
+    def hold(tag: str) -> str:
+        """Wait for the test.
+
+        Args:
+            tag: The run's query.
+        """
+        release.wait(10)
+        return tag
+
+    plan = {"title": "Hold", "steps": [{"id": "s1", "tool": "hold", "args": {"tag": "x"}}]}
+    with ScriptedModel(planning=plan, synthesis="held") as model:
+        inst = art.create_art_instance(
+            model=model.model, tools=[hold], storage=f"sqlite:///{tmp_path / 'a.db'}", queue=FAST
+        )
+        with inst:
+            handle = inst.submit("hold it", "t1")
+            with pytest.raises(TimeoutError, match=r"has not ended after 0\.2 s"):
+                handle.wait(timeout=0.2)
+            assert handle.status() in ("queued", "running")
+            release.set()
+            assert handle.wait(timeout=10).answer == "held"
+            assert handle.status() == "completed"
+
+
+def test_module_level_submit_uses_the_default_instance(tmp_path: Path) -> None:
+    step = {"id": "s1", "tool": "calculator", "args": {"expression": "2+3"}}
+    plan = {"title": "Sum", "steps": [step]}
+    with ScriptedModel(planning=plan, synthesis="5") as model:
+        art.configure(model=model.model, storage=f"sqlite:///{tmp_path / 'a.db'}")
+        try:
+            record = art.submit("two plus three", "sums").wait(timeout=10)
+        finally:
+            from art.api import _reset_default_instance
+
+            _reset_default_instance()
+    assert record.status == "completed" and record.steps["s1"].output == 5
+
+
+async def test_a_queue_without_a_worker_only_queues(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    async with RunQueue(url) as queue:  # no instance: a submitter only
+        handle = await queue.submit("later", "t1")
+        await asyncio.sleep(0.1)
+        assert await handle.astatus() == "queued"
+        assert (await queue.stats()).workers == []
+        with pytest.raises(RuntimeError, match="no sync bridge"):
+            handle.status()
+        with pytest.raises(KeyError):
+            await queue.get("no-such-run")
+
+
+async def test_a_dead_workers_run_is_taken_over_from_its_stored_steps(tmp_path: Path) -> None:
+    """A worker that claimed a run and stopped heartbeating mid-run (as if SIGKILLed): the
+    next worker takes the run over once `stalled_after_s` has passed, and finished steps
+    are not run again."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    calls: list[tuple[str, int]] = []
+    second_started = asyncio.Event()
+
+    @art.tool
+    async def step(name: str, context: art.ExecutionContext) -> str:
+        """One step.
+
+        Args:
+            name: The step.
+        """
+        calls.append((name, context.attempt))
+        if name == "second" and len(calls) == 2:
+            second_started.set()
+            await asyncio.sleep(60)  # the first worker "dies" here
+        return name
+
+    plan = {
+        "title": "Two",
+        "steps": [
+            {"id": "s1", "tool": "step", "args": {"name": "first"}},
+            {"id": "s2", "tool": "step", "args": {"name": "second"}, "dependsOn": ["s1"]},
+        ],
+    }
+    with ScriptedModel(planning=plan, synthesis="both") as model:
+        inst = art.create_art_instance(
+            model=model.model, tools=[step], storage=url, queue={**FAST, "in_process": False}
+        )
+        async with inst:
+            backend = open_backend(inst.storage, inst.config.queue)
+            handle = await inst.asubmit("two steps", "t1")
+            # The doomed worker: claims the run and runs it, but never heartbeats.
+            dead = await backend.register("doomed")
+            (job,) = await backend.claim(dead, 1)
+            doomed = asyncio.create_task(
+                inst.aprocess(job.spec.query, job.spec.thread_id, {"run_id": job.spec.run_id})
+            )
+            await asyncio.wait_for(second_started.wait(), 10)
+            doomed.cancel()  # what remains of it: s1 stored completed, s2 in progress
+            with pytest.raises(asyncio.CancelledError):
+                await doomed
+            workers: list[Any] = []
+            serving = asyncio.create_task(run_worker(inst, started=workers.append))
+            record = await asyncio.wait_for(handle.result(), 10)
+            workers[0].stop()
+            await serving
+            await backend.close()
+    assert record.status == "completed"
+    assert calls == [("first", 1), ("second", 1), ("second", 2)]  # s1 was not run again
+
+
+def test_queue_configuration_is_checked() -> None:
+    with pytest.raises(ConfigurationError, match="at least twice heartbeat_s"):
+        art.create_art_instance(model="m", storage="memory://", queue={"heartbeat_s": 6})
+    with pytest.raises(ConfigurationError, match="queue"):
+        art.create_art_instance(model="m", storage="memory://", queue={"concurrency": 0})
+
+
+async def test_a_storage_adapter_of_our_own_cannot_hold_a_queue() -> None:
+    methods = {name: lambda *args, **kwargs: None for name in StorageAdapter.__abstractmethods__}
+    ours = type("OurStorage", (StorageAdapter,), methods)()
+    with pytest.raises(ConfigurationError, match="need SQLite, PostgreSQL or memory"):
+        RunQueue(storage=ours)
+    with pytest.raises(ConfigurationError, match="non-empty"):
+        await RunQueue("memory://").submit("", "t1")
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_threads() -> Iterator[None]:
+    before = {t.name for t in threading.enumerate()}
+    yield
+    left = {t.name for t in threading.enumerate()} - before
+    assert not {name for name in left if name.startswith("art-queue")}, left
+
+
+async def test_workers_report_opentelemetry_metrics(tmp_path: Path) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from art.queue.metrics import QueueMetrics
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    plan = {
+        "title": "Sum",
+        "steps": [{"id": "s1", "tool": "calculator", "args": {"expression": "1+1"}}],
+    }
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+
+    def points() -> dict[str, list[Any]]:
+        data = reader.get_metrics_data()
+        found: dict[str, list[Any]] = {}
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found[metric.name] = list(metric.data.data_points)
+        return found
+
+    with ScriptedModel(planning=plan, synthesis="2") as model:
+        inst = art.create_art_instance(
+            model=model.model,
+            tools=[Calculator()],
+            storage=url,
+            queue={**FAST, "in_process": False},
+        )
+        async with inst:
+            workers: list[Any] = []
+
+            def instrument(worker: Any) -> None:
+                worker.metrics = QueueMetrics(inst.config.queue.name, provider)
+                workers.append(worker)
+
+            serving = asyncio.create_task(run_worker(inst, started=instrument))
+            handles = [await inst.asubmit(f"q{n}", f"t{n}") for n in range(3)]
+            for handle in handles:
+                assert (await asyncio.wait_for(handle.result(), 10)).status == "completed"
+            points()  # a reader collected the gauges: the worker keeps their figures fresh
+            await asyncio.sleep(FAST["heartbeat_s"] * 4)
+            found = points()
+            workers[0].stop()
+            await serving
+    provider.shutdown()
+
+    (started,) = found["art.queue.runs.started"]
+    assert started.value == 3 and started.attributes == {"art.queue": "art"}
+    (ended,) = found["art.queue.runs.ended"]
+    assert ended.value == 3 and ended.attributes["art.outcome"] == "completed"
+    assert found["art.queue.run.duration"][0].count == 3
+    assert found["art.queue.run.wait"][0].count == 3
+    (depth,) = found["art.queue.depth"]
+    assert depth.value == 0
+    jobs = {p.attributes["art.state"]: p.value for p in found["art.queue.jobs"]}
+    assert jobs == {"succeeded": 3}
+    workers_by_state = {p.attributes["art.stalled"]: p.value for p in found["art.queue.workers"]}
+    assert workers_by_state == {False: 1, True: 0}
