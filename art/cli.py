@@ -94,6 +94,16 @@ McpConfigOption = Annotated[
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
 ]
+NewThreadOption = Annotated[
+    str | None,
+    typer.Option(
+        "--thread",
+        "-T",
+        metavar="THREAD",
+        help="Thread id (default: a new one).",
+        show_default=False,
+    ),
+]
 ThreadArgument = Annotated[
     str, typer.Argument(help="The thread id.", show_default=False, metavar="THREAD")
 ]
@@ -179,16 +189,7 @@ def _main_options(
 @app.command()
 def run(
     query: Annotated[str, typer.Argument(help="What to ask.", show_default=False, metavar="QUERY")],
-    thread: Annotated[
-        str | None,
-        typer.Option(
-            "--thread",
-            "-T",
-            metavar="THREAD",
-            help="Thread id (default: a new one).",
-            show_default=False,
-        ),
-    ] = None,
+    thread: NewThreadOption = None,
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,

@@ -82,7 +82,7 @@ class ProcessOptions(ArtModel):
     # The run's id: a new run gets it, and the thread's active run is continued only if
     # it has this id (not matched by query). Queued runs carry one so a retried job
     # continues its own run.
-    run_id: str | None = Field(None, min_length=1, max_length=200)
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class QueueConfig(ArtModel):

@@ -12,8 +12,10 @@ heartbeating. Two backends, chosen by the instance's storage (`open_backend`):
 
 from __future__ import annotations
 
+import os
+import socket
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from art.errors import ConfigurationError
 
@@ -21,15 +23,33 @@ if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
     from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats
+    from art.queue.metrics import QueueMetrics
     from art.state import StorageAdapter
 
 __all__ = ["QueueBackend", "QueueWorker", "open_backend"]
 
 
-class QueueWorker(ABC):
+BackendT = TypeVar("BackendT", bound="QueueBackend")
+
+
+class QueueWorker(ABC, Generic[BackendT]):
     """Takes a queue's jobs and runs them with one instance, `concurrency` at a time."""
 
-    worker_id: int | None = None
+    def __init__(
+        self,
+        queue: BackendT,
+        instance: ArtInstance,
+        *,
+        name: str | None = None,
+        signals: bool = False,
+    ) -> None:
+        self.queue = queue
+        self.instance = instance
+        self.config = queue.config
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.signals = signals  # stop gracefully on SIGTERM / SIGINT
+        # Set before `run()` to report to a meter provider of your own.
+        self.metrics: QueueMetrics | None = None
 
     @abstractmethod
     async def run(self) -> None:
@@ -40,7 +60,7 @@ class QueueWorker(ABC):
     def stop(self) -> None:
         """Stop taking runs and shut down (safe from any thread, idempotent)."""
 
-    def wake(self) -> None:  # noqa: B027 - a backend notified by its database needs nothing
+    def wake(self) -> None:
         """Something changed in this process (a run submitted or cancelled): look now."""
 
 
@@ -76,7 +96,7 @@ class QueueBackend(ABC):
     @abstractmethod
     def worker(
         self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
-    ) -> QueueWorker:
+    ) -> QueueWorker[Any]:
         """A worker running this queue's jobs with `instance` (same storage)."""
 
 

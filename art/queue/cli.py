@@ -19,6 +19,7 @@ from art.cli import (
     CliError,
     JsonOption,
     ModelOption,
+    NewThreadOption,
     Output,
     StorageOption,
     ToolsOption,
@@ -44,16 +45,7 @@ _EXIT_BY_STATUS = {"completed": EXIT_OK, "partial": EXIT_OK, "suspended": EXIT_S
 
 def submit(
     query: Annotated[str, typer.Argument(help="What to ask.", show_default=False, metavar="QUERY")],
-    thread: Annotated[
-        str | None,
-        typer.Option(
-            "--thread",
-            "-T",
-            metavar="THREAD",
-            help="Thread id (default: a new one).",
-            show_default=False,
-        ),
-    ] = None,
+    thread: NewThreadOption = None,
     storage: StorageOption = None,
     queue: QueueOption = None,
     user_id: Annotated[
@@ -256,7 +248,7 @@ def _load_instance(spec: str) -> ArtInstance:
     return value
 
 
-def _announce(out: Output, inst: ArtInstance, queue_worker: QueueWorker) -> None:
+def _announce(out: Output, inst: ArtInstance, queue_worker: QueueWorker[Any]) -> None:
     config = inst.config.queue
     out.errors.print(
         f"[bold]art worker[/] on {inst.storage!r}, queue [bold]{config.name}[/]: "

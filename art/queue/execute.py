@@ -9,6 +9,7 @@ already ended (its worker died after finishing it, before the queue heard) is no
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from art._log import get_logger
@@ -20,9 +21,10 @@ from art.state import ACTIVE_RUN_STATES, RunRecord, RunState
 if TYPE_CHECKING:
     from art.instance import ArtInstance
     from art.queue.jobs import JobSpec
+    from art.queue.metrics import QueueMetrics
     from art.state import StorageAdapter
 
-__all__ = ["RunJob", "ended_status", "mark_cancelled"]
+__all__ = ["MAX_ERROR_RETRIES", "RunJob", "ended_status", "error_retry_delay", "mark_cancelled"]
 
 log = get_logger(__name__)
 
@@ -34,6 +36,14 @@ _RUN_STATE: dict[str, RunState] = {
 }
 # How often a cancel that arrived before the run registered with its instance is retried.
 _CANCEL_RETRY_S = 0.02
+# A job whose worker raised (the database unreachable, say) is retried after 1, 2, 4, 8 and
+# 16 s; the sixth failure fails it.
+MAX_ERROR_RETRIES = 5
+
+
+def error_retry_delay(attempts: int) -> float | None:
+    """Seconds before retrying a job whose worker raised; None once it should fail."""
+    return None if attempts >= MAX_ERROR_RETRIES else float(2**attempts)
 
 
 async def ended_status(storage: StorageAdapter, run_id: str) -> RunState | None:
@@ -93,16 +103,39 @@ async def mark_cancelled(storage: StorageAdapter, spec: JobSpec, reason: str) ->
 class RunJob:
     """One queued run on a worker: `run()` to its end; `cancel()` stops it on request."""
 
-    def __init__(self, instance: ArtInstance, spec: JobSpec, *, busy_wait_s: float) -> None:
+    def __init__(
+        self,
+        instance: ArtInstance,
+        spec: JobSpec,
+        *,
+        busy_wait_s: float,
+        metrics: QueueMetrics | None = None,
+    ) -> None:
         self.instance = instance
         self.spec = spec
         self.busy_wait_s = busy_wait_s
+        self.metrics = metrics
         self.cancel_reason: str | None = None
         self._running = False
 
     async def run(self) -> RunState:
         """Run (or continue) the run; its final status. A cancelled task leaves the run as
         a crash would: the next attempt continues it."""
+        metrics, started = self.metrics, time.monotonic()
+        if metrics is None:
+            return await self._run()
+        metrics.run_started(self.spec)
+        outcome = "error"
+        try:
+            outcome = await self._run()
+            return outcome
+        except asyncio.CancelledError:
+            outcome = "handed_back"
+            raise
+        finally:
+            metrics.run_ended(outcome, time.monotonic() - started)
+
+    async def _run(self) -> RunState:
         spec, storage = self.spec, self.instance.storage
         options = {**spec.options, "run_id": spec.run_id}
         self._running = True

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from typing import TYPE_CHECKING, Any
 
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
@@ -42,14 +41,12 @@ from procrastinate.schema import SchemaManager
 
 from art._log import get_logger
 from art.queue.backend import QueueBackend, QueueWorker
-from art.queue.execute import RunJob
+from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerInfo
-from art.queue.sqlite import error_retry_delay
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
-    from art.queue.metrics import QueueMetrics
     from art.state import RunState
 
 __all__ = ["TASK", "HandedBack", "ProcrastinateQueue", "ProcrastinateWorker"]
@@ -137,7 +134,7 @@ class ProcrastinateQueue(QueueBackend):
             if not present:
                 await conn.execute(SchemaManager.get_schema())
             for statement in _ART_TABLES.split(";"):
-                await conn.execute(statement)  # type: ignore[arg-type]
+                await conn.execute(statement)
 
     async def close(self) -> None:
         if self._open:
@@ -146,7 +143,8 @@ class ProcrastinateQueue(QueueBackend):
 
     async def _rows(self, query: Any, **args: Any) -> list[dict[str, Any]]:
         await self.open()
-        return await self.connector.execute_query_all_async(query, **args)
+        rows: list[dict[str, Any]] = await self.connector.execute_query_all_async(query, **args)
+        return rows
 
     # -- submitting and following -------------------------------------------------
     async def enqueue(self, spec: JobSpec) -> None:
@@ -287,34 +285,18 @@ class _Worker(pq_worker.Worker):
         self._new_job_event.set()
 
 
-class ProcrastinateWorker(QueueWorker):
+class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
     """A procrastinate worker running art's `art.run` jobs with one instance."""
 
-    def __init__(
-        self,
-        queue: ProcrastinateQueue,
-        instance: ArtInstance,
-        *,
-        name: str | None = None,
-        signals: bool = False,
-    ) -> None:
-        self.queue = queue
-        self.instance = instance
-        self.config = queue.config
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.signals = signals
-        self.metrics: QueueMetrics | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._worker: _Worker | None = None
         self._stopped = False
-
-    @property  # type: ignore[override]
-    def worker_id(self) -> int | None:
-        return self._worker.worker_id if self._worker is not None else None
 
     def stop(self) -> None:
         self._stopped = True
         if self._worker is not None:
-            self._worker.stop()
+            self._worker.stop()  # type: ignore[no-untyped-call]
 
     async def run(self) -> None:
         from art.queue.metrics import queue_metrics
@@ -340,40 +322,26 @@ class ProcrastinateWorker(QueueWorker):
         )
         if self._stopped:
             return
-        await self._worker.run()
+        await self._worker.run()  # type: ignore[no-untyped-call]
 
-    async def _run_job(self, context: JobContext, **args: Any) -> RunState:
+    async def _run_job(self, context: JobContext, /, **args: Any) -> RunState:
         spec = JobSpec.from_args(args)
-        execution = RunJob(self.instance, spec, busy_wait_s=self.config.poll_s)
+        execution = RunJob(
+            self.instance, spec, busy_wait_s=self.config.poll_s, metrics=self.metrics
+        )
         runner = asyncio.create_task(execution.run(), name=f"art-run:{spec.run_id}")
-        metrics, started = self.metrics, time.monotonic()
-        if metrics is not None:
-            metrics.run_started(spec)
         try:
             await asyncio.wait({runner})  # procrastinate cancels this task, not the run
         except asyncio.CancelledError:
             if context.abort_reason() == AbortReason.USER_REQUEST:
                 execution.cancel("cancelled through the queue")
                 await asyncio.wait({runner})
-                outcome = runner.result()
-                if metrics is not None:
-                    metrics.run_ended(outcome, time.monotonic() - started)
                 raise pq_exceptions.JobAborted(f"run {spec.run_id} cancelled") from None
             # Shutting down past the timeout: the run stays as a crash leaves it.
             runner.cancel()
             await asyncio.wait({runner})
-            if metrics is not None:
-                metrics.run_ended("handed_back", time.monotonic() - started)
             raise HandedBack(f"run {spec.run_id} handed back by a stopping worker") from None
-        try:
-            outcome = runner.result()
-        except Exception:
-            if metrics is not None:
-                metrics.run_ended("error", time.monotonic() - started)
-            raise
-        if metrics is not None:
-            metrics.run_ended(outcome, time.monotonic() - started)
-        return outcome
+        return runner.result()
 
     async def look_after(self, worker: _Worker) -> None:
         """Name this worker, then every `heartbeat_s` take over the runs of dead workers."""
@@ -388,7 +356,7 @@ class ProcrastinateWorker(QueueWorker):
                         "its runs were taken over: stopping",
                         worker_id=worker_id,
                     )
-                    worker.stop()
+                    worker.stop()  # type: ignore[no-untyped-call]
                     return
                 taken = await self.queue.take_over()
                 if taken:

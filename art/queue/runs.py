@@ -72,7 +72,7 @@ class RunQueue:
         self._sync = sync
         self._opened = False
         self._closed = False
-        self._worker: QueueWorker | None = None
+        self._worker: QueueWorker[Any] | None = None
         self._worker_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -107,7 +107,7 @@ class RunQueue:
         )
 
     @staticmethod
-    async def _serve(worker: QueueWorker) -> None:
+    async def _serve(worker: QueueWorker[Any]) -> None:
         try:
             await worker.run()
         except Exception:
@@ -152,7 +152,9 @@ class RunQueue:
             raise ConfigurationError("submit needs a non-empty query")
         if not isinstance(thread_id, str) or not thread_id:
             raise ConfigurationError("submit needs a non-empty thread_id")
-        opts = _process_options(options)
+        from art.instance import _options
+
+        opts = _options(options)
         run_id = opts.run_id or uuid.uuid4().hex
         spec = JobSpec(
             run_id=run_id,
@@ -312,14 +314,3 @@ def _final(record: RunRecord | None, job: JobView) -> RunRecord:
         query=job.spec.query,
     )
     return base.model_copy(update={"status": "failed", "error": error})
-
-
-def _process_options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
-    if options is None:
-        return ProcessOptions()
-    if isinstance(options, ProcessOptions):
-        return options
-    try:
-        return ProcessOptions.model_validate(dict(options))
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid process options: {exc}") from None

@@ -25,7 +25,6 @@ import json
 import os
 import socket
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from art._log import get_logger
 from art.queue.backend import QueueBackend, QueueWorker
-from art.queue.execute import RunJob
+from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueueStats, WorkerInfo
 from art.responses import utcnow
 from art.storage import timestamp_key
@@ -41,7 +40,6 @@ from art.storage import timestamp_key
 if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
-    from art.queue.metrics import QueueMetrics
 
 __all__ = ["MIGRATIONS", "SQLiteQueue", "SQLiteWorker"]
 
@@ -407,33 +405,12 @@ class SQLiteQueue(QueueBackend):
         return await self._call(read)
 
 
-# Transient failures (the database unreachable, say) are retried after 1, 2, 4, 8, 16 s.
-MAX_ERROR_RETRIES = 5
-
-
-def error_retry_delay(attempts: int) -> float | None:
-    """Seconds before retrying a job whose worker raised; None once it should fail."""
-    return None if attempts >= MAX_ERROR_RETRIES else float(2**attempts)
-
-
-class SQLiteWorker(QueueWorker):
+class SQLiteWorker(QueueWorker[SQLiteQueue]):
     """Takes jobs from a `SQLiteQueue` and runs them, `concurrency` at a time."""
 
-    def __init__(
-        self,
-        queue: SQLiteQueue,
-        instance: ArtInstance,
-        *,
-        name: str | None = None,
-        signals: bool = False,
-    ) -> None:
-        self.queue = queue
-        self.instance = instance
-        self.config = queue.config
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.signals = signals
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.worker_id: int | None = None
-        self.metrics: QueueMetrics | None = None
         self._running: dict[str, tuple[RunJob, asyncio.Task[None]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
@@ -490,25 +467,22 @@ class SQLiteWorker(QueueWorker):
             await _first_of(self._wake.wait(), self._stop.wait(), within_s=self.config.poll_s)
 
     def _start(self, job: JobView) -> None:
-        execution = RunJob(self.instance, job.spec, busy_wait_s=self.config.poll_s)
+        execution = RunJob(
+            self.instance, job.spec, busy_wait_s=self.config.poll_s, metrics=self.metrics
+        )
         task = asyncio.create_task(self._process(execution, job), name=f"art-run:{job.spec.run_id}")
         self._running[job.spec.run_id] = (execution, task)
 
     async def _process(self, execution: RunJob, job: JobView) -> None:
         assert self.worker_id is not None
-        run_id, worker_id, metrics = job.spec.run_id, self.worker_id, self.metrics
-        started = time.monotonic()
-        if metrics is not None:
-            metrics.run_started(job.spec)
+        run_id, worker_id = job.spec.run_id, self.worker_id
         try:
-            outcome = await execution.run()
+            await execution.run()
         except asyncio.CancelledError:
             # Shutting down past the timeout: the run stays as a crash leaves it, and the
             # next worker continues it from its stored steps.
             await self.queue.give_back(run_id, worker_id)
             log.info("run handed back", run_id=run_id, worker_id=worker_id)
-            if metrics is not None:
-                metrics.run_ended("handed_back", time.monotonic() - started)
         except Exception as exc:
             delay = error_retry_delay(job.attempts)
             log.exception("queued run raised", run_id=run_id, retry_in_s=delay)
@@ -516,13 +490,9 @@ class SQLiteWorker(QueueWorker):
                 await self.queue.finish(run_id, worker_id, "failed", f"{type(exc).__name__}: {exc}")
             else:
                 await self.queue.give_back(run_id, worker_id, delay_s=delay)
-            if metrics is not None:
-                metrics.run_ended("error", time.monotonic() - started)
         else:
             state: JobState = "aborted" if execution.cancel_reason else "succeeded"
             await self.queue.finish(run_id, worker_id, state)
-            if metrics is not None:
-                metrics.run_ended(outcome, time.monotonic() - started)
         finally:
             self._running.pop(run_id, None)
             self._wake.set()  # a slot is free, and the thread's next run may start

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from art.instance import ArtInstance
@@ -25,7 +25,7 @@ async def run_worker(
     *,
     name: str | None = None,
     signals: bool | None = None,
-    started: Callable[[QueueWorker], None] | None = None,
+    started: Callable[[QueueWorker[Any]], None] | None = None,
 ) -> None:
     """Run `instance`'s queued runs until stopped; the queue is `instance.config.queue`.
 

@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 # The throwaway PostgreSQL server of the storage tests (tests/storage/conftest.py).
 from storage.conftest import postgres_database, postgres_server  # noqa: F401
+from warm_processes import warm_forkserver
 
 
 @pytest.fixture(scope="session")
 def forkserver() -> Any:
     """A multiprocessing context whose forkserver has imported the app (art, litellm,
     procrastinate) and run one queued run, so each worker starts in milliseconds."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([f"{__package__}.warmup"])
-    # Python 3.11's forkserver ignores the parent's sys.path when it preloads.
-    import_root = Path(__file__).parents[1]
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(import_root), saved]))
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-    return context
+    return warm_forkserver()
 
 
 @dataclass

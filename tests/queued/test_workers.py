@@ -41,6 +41,9 @@ QUEUE = {
 # this much for a loaded machine (2 shared cores).
 TAKE_OVER_SLACK_S = 4.0
 
+# Each thread's runs in submission order: thread id -> [(run id, query)].
+Submitted = dict[str, list[tuple[str, str]]]
+
 
 @dataclass
 class LogLine:
@@ -117,7 +120,7 @@ async def drive(
     return victim, killed_at
 
 
-async def check_storage(queue: RunQueue, submitted: dict[str, list[tuple[str, str]]]) -> None:
+async def check_storage(queue: RunQueue, submitted: Submitted) -> None:
     """Every run completed once, in order, with one exchange each in its thread's history."""
     storage = queue.storage
     for thread_id, runs in submitted.items():
@@ -134,9 +137,7 @@ async def check_storage(queue: RunQueue, submitted: dict[str, list[tuple[str, st
             assert await handle.astatus() == "completed"
 
 
-def check_log(
-    log: Path, submitted: dict[str, list[tuple[str, str]]], victim: int, killed_at: float
-) -> float:
+def check_log(log: Path, submitted: Submitted, victim: int, killed_at: float) -> float:
     """No finished step ran again; threads ran in order; the take-over time (s)."""
     lines = read_log(log)
     depth = app.Settings(storage="", log="").depth
@@ -186,6 +187,34 @@ def assert_take_over_in_time(take_over_s: float) -> None:
     assert take_over_s <= bound + TAKE_OVER_SLACK_S, f"took {take_over_s:.2f} s (bound {bound})"
 
 
+async def kill_one_and_drain(
+    queue: RunQueue, workers: list[WorkerProcess], submitted: Submitted, log: Path
+) -> tuple[int, float]:
+    """Kill a worker mid-way, check the stored runs once the queue drained, stop the
+    others with SIGTERM; the killed worker's pid and when it was killed."""
+    total = sum(len(runs) for runs in submitted.values())
+    victim, killed_at = await drive(queue, workers, total, log)
+    await check_storage(queue, submitted)
+    for worker in workers:
+        if worker is not victim:
+            await asyncio.to_thread(worker.terminate)
+    stats = await queue.stats()
+    assert stats.workers == [] and stats.queued == 0 and stats.running == 0
+    return victim.pid, killed_at
+
+
+def run_scenario(workers: list[WorkerProcess], scenario: Any, log: Path, runs: int) -> None:
+    """Run `scenario` (a coroutine returning the submitted runs, the killed worker's pid
+    and when it was killed), then check the tools' log."""
+    try:
+        submitted, victim, killed_at = asyncio.run(scenario)
+    finally:
+        for worker in workers:
+            worker.stop_if_alive()
+    assert sum(len(each) for each in submitted.values()) == runs
+    assert_take_over_in_time(check_log(log, submitted, victim, killed_at))
+
+
 # -- PostgreSQL: procrastinate ----------------------------------------------------------
 
 
@@ -198,35 +227,22 @@ def test_postgres_three_workers_two_hundred_runs_one_killed(
     threads, per_thread = 50, 4
     workers = [WorkerProcess.start(forkserver, app.work_queue, settings, f"w{n}") for n in range(3)]
 
-    async def scenario() -> tuple[dict[str, list[tuple[str, str]]], int, float]:
+    async def scenario() -> tuple[Submitted, int, float]:
         async with RunQueue(postgres_database, QUEUE) as queue:
 
             async def registered() -> bool:
                 return len((await queue.stats()).workers) == 3
 
             await wait_for(registered, "3 workers", 120)
-            submitted: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            submitted: Submitted = defaultdict(list)
             for run in range(per_thread):
                 for number in range(threads):
                     thread_id, tag = f"t{number:02d}", f"t{number:02d}-r{run}"
                     handle = await queue.submit(tag, thread_id)
                     submitted[thread_id].append((handle.id, tag))
-            victim, killed_at = await drive(queue, workers, threads * per_thread, log)
-            await check_storage(queue, submitted)
-            for worker in workers:
-                if worker is not victim:
-                    await asyncio.to_thread(worker.terminate)
-            stats = await queue.stats()
-            assert stats.workers == [] and stats.queued == 0 and stats.running == 0
-            return submitted, victim.pid, killed_at
+            return (submitted, *await kill_one_and_drain(queue, workers, submitted, log))
 
-    try:
-        submitted, victim, killed_at = asyncio.run(scenario())
-    finally:
-        for worker in workers:
-            worker.stop_if_alive()
-    assert sum(len(runs) for runs in submitted.values()) == 200
-    assert_take_over_in_time(check_log(log, submitted, victim, killed_at))
+    run_scenario(workers, scenario(), log, runs=200)
 
 
 # -- SQLite: the in-process path --------------------------------------------------------
@@ -246,30 +262,17 @@ def test_sqlite_in_process_three_processes_sixty_runs_one_killed(
             plans[number % 3].append((f"t{number:02d}-r{run}", f"t{number:02d}"))
     workers = [WorkerProcess.start(forkserver, app.submit_and_serve, settings, p) for p in plans]
 
-    async def scenario() -> tuple[dict[str, list[tuple[str, str]]], int, float]:
-        submitted: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    async def scenario() -> tuple[Submitted, int, float]:
+        submitted: Submitted = defaultdict(list)
         for worker, plan in zip(workers, plans, strict=True):
             message = await asyncio.to_thread(worker.pipe.recv)
             assert message[0] == "submitted"
             for run_id, (tag, thread_id) in zip(message[1], plan, strict=True):
                 submitted[thread_id].append((run_id, tag))
         async with RunQueue(url, QUEUE) as queue:
-            victim, killed_at = await drive(queue, workers, threads * per_thread, log)
-            await check_storage(queue, submitted)
-            for worker in workers:
-                if worker is not victim:
-                    await asyncio.to_thread(worker.terminate)
-            stats = await queue.stats()
-            assert stats.workers == [] and stats.queued == 0 and stats.running == 0
-            return submitted, victim.pid, killed_at
+            return (submitted, *await kill_one_and_drain(queue, workers, submitted, log))
 
-    try:
-        submitted, victim, killed_at = asyncio.run(scenario())
-    finally:
-        for worker in workers:
-            worker.stop_if_alive()
-    assert sum(len(runs) for runs in submitted.values()) == 60
-    assert_take_over_in_time(check_log(log, submitted, victim, killed_at))
+    run_scenario(workers, scenario(), log, runs=60)
 
 
 # -- SIGTERM: finish, or hand back -----------------------------------------------------

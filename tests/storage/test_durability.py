@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warm_processes import warm_forkserver
 
 from art.state import RunRecord
 from art.storage import open_storage
@@ -42,21 +41,7 @@ THREAD = "durable-thread"
 @pytest.fixture(scope="module")
 def forkserver() -> Any:
     """A multiprocessing context whose forkserver has the application imported and warm."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([f"{__package__}.durability_warmup"])
-    # Python 3.11's forkserver ignores the parent's sys.path when it preloads: hand it the
-    # directory this test package is imported from.
-    import_root = Path(__file__).parents[len(__package__.split("."))]
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(import_root), saved]))
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-    return context
+    return warm_forkserver()
 
 
 @dataclass
