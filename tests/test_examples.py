@@ -252,6 +252,38 @@ def test_multi_worker_postgres_without_a_url_says_how_to_get_one(tmp_path):
     assert ".ci/postgres.sh start" in done.stdout
 
 
+QUEUED_THREAD = r"(alice|bob|carol)-\w{4}: 17 \* 23 = 391, (1 / 0: failed \(CANCELLED\), )?"
+QUEUED_THREAD += r"19 \* 29 = 551, 2 \*\* 10 = 1024"
+
+
+def _queued_runs_ran_in_order(out: str) -> None:
+    assert "cancelled a waiting run: True" in out
+    lines = re.findall(r"^  " + QUEUED_THREAD + "$", out, re.MULTILINE)
+    assert len(lines) == 3, out  # each thread's runs in submission order
+    assert "statuses: {'completed': 9}" in out
+    assert "queue art: 0 waiting, 0 running" in out
+
+
+@pytest.mark.slow
+def test_queued_runs_in_process(tmp_path):
+    out = _ok(run_example("queued_runs.py", cwd=tmp_path))
+    assert "run by this process" in out and "submitted 9 runs in" in out
+    _queued_runs_ran_in_order(out)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_queued_runs_on_postgres_worker_processes(tmp_path, postgres_server):  # noqa: F811
+    done = run_example(
+        "queued_runs.py", "--workers", "2", postgres_server, cwd=tmp_path, timeout=600
+    )
+    out = _ok(done)
+    assert "run by 2 worker process(es)" in out and "2 workers ready after" in out
+    _queued_runs_ran_in_order(out)
+    assert "workers stopped: exit codes [0, 0]" in out  # SIGTERM: a clean stop
+
+
 def test_every_example_is_exercised_here():
     source = Path(__file__).read_text()
     for script in EXAMPLES.glob("*.py"):

@@ -233,6 +233,16 @@ class ProcrastinateQueue(QueueBackend):
             pid=os.getpid(),
         )
 
+    async def holds(self, job_id: int, worker_id: int) -> bool:
+        """Whether the worker still holds the job (it was not taken over meanwhile)."""
+        rows = await self._rows(
+            "SELECT 1 AS held FROM procrastinate_jobs"
+            " WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'doing'",
+            id=job_id,
+            worker=worker_id,
+        )
+        return bool(rows)
+
     async def registered(self, worker_id: int) -> bool:
         rows = await self._rows(
             "SELECT 1 AS present FROM procrastinate_workers WHERE id = %(id)s", id=worker_id
@@ -265,8 +275,9 @@ class ProcrastinateQueue(QueueBackend):
 
 
 class _Worker(pq_worker.Worker):
-    """procrastinate's worker with art's take-over loop, and a prompt look for the next run
-    of a thread once a run of it ends (procrastinate announces new jobs, not freed locks)."""
+    """procrastinate's worker with art's take-over loop; it ends only the jobs it still holds
+    (not one taken over while it was presumed dead), and looks for the next run of a thread
+    at once when a run of it ends (procrastinate announces new jobs, not freed locks)."""
 
     def __init__(self, owner: ProcrastinateWorker, **options: Any) -> None:
         super().__init__(**options)
@@ -278,6 +289,14 @@ class _Worker(pq_worker.Worker):
         return tasks
 
     async def _persist_job_status(self, *args: Any, **kwargs: Any) -> None:
+        job: Job = kwargs["job"]
+        assert job.id is not None and self.worker_id is not None
+        if not await self.owner.queue.holds(job.id, self.worker_id):
+            # Presumed dead (no heartbeat reached the database), its job was taken over:
+            # the job is its new worker's to end, and the run's lease kept the two apart.
+            log.warning("a run's job was taken over from this worker", job_id=job.id)
+            self._job_ids_to_abort.pop(job.id, None)
+            return
         await super()._persist_job_status(*args, **kwargs)
         self._new_job_event.set()
 
