@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Measure art's engine overhead, parallel efficiency, LLM cost, "
-        "throughput, memory and start-up, next to LangGraph on the same DAGs.",
+        "throughput, memory, start-up and queued runs, next to LangGraph on the same DAGs.",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument(

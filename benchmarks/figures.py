@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import art_side, langgraph_side
+from benchmarks import art_side, langgraph_side, queued
 from benchmarks.harness import Figure, Settings, in_rounds, median, percentile
 from benchmarks.workloads import (
     STEP_TOOL,
@@ -510,6 +510,7 @@ GROUP_FUNCTIONS: dict[str, FigureFn] = {
     "throughput": throughput,
     "memory": memory,
     "startup": startup,
+    "queue": queued.queue,
 }
 
 

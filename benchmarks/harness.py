@@ -20,7 +20,7 @@ Comparison = Literal["<=", ">=", "=="]
 
 T = TypeVar("T")
 
-GROUPS = ("overhead", "parallel", "llm_cost", "throughput", "memory", "startup")
+GROUPS = ("overhead", "parallel", "llm_cost", "throughput", "memory", "startup", "queue")
 
 
 @dataclass
@@ -96,6 +96,15 @@ class Settings:
     startup_repeats: int = 7
     # unmeasured runs back to back that count the full collections a workload sets off
     gc_probe_runs: int = 8
+    # queued runs: `art worker` processes, runs per second and the take-over after a kill
+    queue_backends: tuple[str, ...] = ("postgresql", "sqlite")
+    queue_workers: tuple[int, ...] = (1, 2, 4)
+    queue_runs: int = 400
+    queue_concurrency: int = 16
+    queue_llm_latency_s: float = 0.050
+    queue_heartbeat_s: float = 2.0
+    queue_stalled_after_s: float = 10.0
+    queue_hold_s: float = 3.0
 
     @classmethod
     def quick_settings(cls, repeats: int | None = None) -> Settings:
@@ -115,6 +124,14 @@ class Settings:
             memory_steps=200,
             startup_repeats=1,
             gc_probe_runs=2,
+            queue_backends=("sqlite",),
+            queue_workers=(1, 2),
+            queue_runs=20,
+            queue_concurrency=4,
+            queue_llm_latency_s=0.005,
+            queue_heartbeat_s=0.2,
+            queue_stalled_after_s=1.0,
+            queue_hold_s=1.0,
         )
 
 

@@ -44,7 +44,15 @@ def by_group(report: dict) -> dict[str, list[dict]]:
 @pytest.mark.slow
 def test_every_figure_is_measured_without_error(report: dict) -> None:
     groups = by_group(report)
-    assert set(groups) == {"overhead", "parallel", "llm_cost", "throughput", "memory", "startup"}
+    assert set(groups) == {
+        "overhead",
+        "parallel",
+        "llm_cost",
+        "throughput",
+        "memory",
+        "startup",
+        "queue",
+    }
     for figure in report["figures"]:
         assert figure["error"] is None, figure
         assert isinstance(figure["art"], int | float), figure
@@ -155,6 +163,20 @@ def test_throughput_memory_and_startup_report_their_numbers(report: dict) -> Non
     assert throughput["latency p50"]["art"] <= throughput["latency p99"]["art"]
     assert groups["memory"][0]["details"]["art"]["peak_kb"] > 0
     assert {f["workload"] for f in groups["startup"]} == {"import art", "art --help"}
+
+
+@pytest.mark.slow
+def test_queue_reports_runs_per_second_by_workers_and_the_take_over_time(report: dict) -> None:
+    figures = by_group(report)["queue"]
+    rates = [f for f in figures if f["name"] == "runs per second"]
+    assert [f["workload"].split(" worker")[0] for f in rates] == ["1", "2"]  # quick: SQLite
+    for figure in rates:
+        assert figure["art"] > 0 and figure["details"]["failed"] == 0
+        assert figure["details"]["runs"] == 20
+    (take_over,) = [f for f in figures if f["name"] == "take-over after SIGKILL"]
+    assert take_over["details"]["runs_taken_over"] >= 1
+    assert take_over["art"] > 0
+    assert take_over["target"] == pytest.approx(2.2)  # stalled 1 s + heartbeat 0.2 + 1 s
 
 
 @pytest.mark.slow

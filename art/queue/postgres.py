@@ -21,8 +21,8 @@ What art adds to procrastinate's worker (`_Worker`):
   strategy answers with an immediate retry: the job waits for the next worker.
 - **Cancelling.** `cancel_job_by_id(abort=True)` cancels a waiting job, or asks the running
   one to abort (NOTIFY): art's task then cancels the run, which ends with code CANCELLED.
-- A `art_queue_workers` table names each worker (host, pid) for `art workers`, and an index
-  finds a run's job by its id.
+- A `art_queue_workers` table names each worker (host, pid) for `art workers`, and a
+  unique index finds a run's job by the run's id (and keeps one job per run).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS art_queue_workers (
     pid INTEGER NOT NULL,
     started_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS art_queue_jobs_by_run ON procrastinate_jobs ((args->>'run_id'))
+CREATE UNIQUE INDEX IF NOT EXISTS art_queue_run_ids ON procrastinate_jobs ((args->>'run_id'))
+    WHERE task_name = 'art.run'
 """
 
 
@@ -155,10 +156,9 @@ class ProcrastinateQueue(QueueBackend):
     async def _job_row(self, run_id: str) -> dict[str, Any] | None:
         rows = await self._rows(
             "SELECT id, status::text AS status, args, attempts, worker_id"
-            " FROM procrastinate_jobs WHERE args->>'run_id' = %(run_id)s AND task_name = %(task)s"
-            " ORDER BY id DESC LIMIT 1",
+            " FROM procrastinate_jobs WHERE args->>'run_id' = %(run_id)s"
+            " AND task_name = 'art.run'",  # the unique index's predicate, as written there
             run_id=run_id,
-            task=TASK,
         )
         return rows[0] if rows else None
 
@@ -300,6 +300,16 @@ class _Worker(pq_worker.Worker):
         await super()._persist_job_status(*args, **kwargs)
         self._new_job_event.set()
 
+    async def _fetch_and_process_jobs(self) -> None:
+        try:
+            await super()._fetch_and_process_jobs()
+        except pq_exceptions.ConnectorException:
+            # Taking a job names this worker, which the others removed if they took it for
+            # dead: then stop, as `look_after` would a moment later; else a real failure.
+            if self.worker_id is None or await self.owner.queue.registered(self.worker_id):
+                raise
+            self.owner.presumed_dead(self)
+
     def look_now(self) -> None:
         self._new_job_event.set()
 
@@ -362,6 +372,15 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
             raise HandedBack(f"run {spec.run_id} handed back by a stopping worker") from None
         return runner.result()
 
+    def presumed_dead(self, worker: _Worker) -> None:
+        """The other workers took this one for dead and took its runs over: stop."""
+        log.error(
+            "this worker was presumed dead (no heartbeat for stalled_after_s) and its runs "
+            "were taken over: stopping",
+            worker_id=worker.worker_id,
+        )
+        worker.stop()  # type: ignore[no-untyped-call]
+
     async def look_after(self, worker: _Worker) -> None:
         """Name this worker, then every `heartbeat_s` take over the runs of dead workers."""
         assert worker.worker_id is not None
@@ -370,12 +389,7 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
         while True:
             try:
                 if not await self.queue.registered(worker_id):
-                    log.error(
-                        "this worker was presumed dead (no heartbeat for stalled_after_s) and "
-                        "its runs were taken over: stopping",
-                        worker_id=worker_id,
-                    )
-                    worker.stop()  # type: ignore[no-untyped-call]
+                    self.presumed_dead(worker)
                     return
                 taken = await self.queue.take_over()
                 if taken:

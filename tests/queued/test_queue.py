@@ -1,7 +1,7 @@
 """Queued runs inside one process: submit, status, wait, cancel, order per thread, take-over.
 
-Runs on memory and SQLite storage (the in-process worker); the same behaviour on
-PostgreSQL and across processes is in test_workers.py.
+Runs on memory, SQLite and PostgreSQL storage, with the worker in the test process; the
+same behaviour across processes, with workers killed, is in test_workers.py.
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def gate_plan(messages: list[dict[str, Any]], metadata: Any) -> dict[str, Any]:
     return {"title": tag, "steps": [{"id": "s1", "tool": "gate", "args": {"tag": tag}}]}
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_database"))
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'art.db'}"
 
 
@@ -80,8 +82,9 @@ def gate() -> Gate:
 @pytest.fixture
 async def inst(storage_url: str, gate: Gate) -> AsyncIterator[art.ArtInstance]:
     model = ScriptedModel(planning=gate_plan, synthesis="done")
+    # On PostgreSQL too the instance runs the queue itself here (procrastinate's worker).
     instance = art.create_art_instance(
-        model=model.model, tools=[gate.tool], storage=storage_url, queue=FAST
+        model=model.model, tools=[gate.tool], storage=storage_url, queue=FAST | {"in_process": True}
     )
     try:
         yield instance
@@ -366,3 +369,60 @@ async def test_workers_report_opentelemetry_metrics(tmp_path: Path) -> None:
     assert jobs == {"succeeded": 3}
     workers_by_state = {p.attributes["art.stalled"]: p.value for p in found["art.queue.workers"]}
     assert workers_by_state == {False: 1, True: 0}
+
+
+@pytest.mark.postgres
+async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_over(
+    postgres_database: str, gate: Gate
+) -> None:
+    """A live worker the others took for dead (its heartbeats stopped reaching the database):
+    the run it holds is taken over, the lease keeps the two from running it together, it
+    stops, and the run's job is ended once, by its new worker."""
+    import psycopg
+
+    model = ScriptedModel(planning=gate_plan, synthesis="done")
+    queue = FAST | {"in_process": False}
+    first, second = (
+        art.create_art_instance(
+            model=model.model, tools=[gate.tool], storage=postgres_database, queue=queue
+        )
+        for _ in range(2)
+    )
+    workers: list[Any] = []
+    try:
+        async with first, second:
+            serving = [asyncio.create_task(run_worker(first, name="a", started=workers.append))]
+            handle = await first.asubmit("slow", "t1")
+            await gate.wait_entered(1)
+            async with await psycopg.AsyncConnection.connect(postgres_database) as conn:
+                await conn.execute(  # what the others do to a worker silent too long
+                    "DELETE FROM procrastinate_workers WHERE id IN"
+                    " (SELECT worker_id FROM art_queue_workers WHERE name = 'a')"
+                )
+                await conn.commit()
+            serving.append(
+                asyncio.create_task(run_worker(second, name="b", started=workers.append))
+            )
+
+            async def taken_over() -> bool:
+                job = await second.queue.backend.job(handle.id)
+                return job is not None and job.state == "doing" and job.worker_id is not None
+
+            for _ in range(200):
+                if await taken_over():
+                    break
+                await asyncio.sleep(0.05)
+            assert await taken_over()
+            gate.release.set()
+            record = await asyncio.wait_for(handle.result(), 20)
+            await asyncio.wait(serving[:1], timeout=20)  # "a" stopped on its own
+            assert serving[0].done() and serving[0].exception() is None, serving[0]
+            stats = await second.queue.stats()
+            assert [w.name for w in stats.workers] == ["b"]
+            workers[1].stop()
+            await serving[1]
+    finally:
+        model.unregister()
+    assert record.status == "completed"
+    assert gate.entered == ["slow"]  # run once, by "a"; "b" found it ended
+    assert stats.jobs == {"succeeded": 1}
