@@ -104,6 +104,17 @@ class _Workers:
             )
         self.processes.append(process)
 
+    def cpu_s(self) -> float:
+        """CPU seconds the live workers have used (Linux /proc; 0 elsewhere)."""
+        total = 0.0
+        for process in self.processes:
+            try:
+                fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     def by_pid(self, pid: int | None) -> subprocess.Popen[bytes] | None:
         return next((p for p in self.processes if p.pid == pid), None)
 
@@ -142,16 +153,23 @@ async def _measure(settings: Settings, backend: str, url: str, scratch: Path) ->
                 await _alive(run_queue, count)
                 # Warm-up: each worker's first runs import the LLM layer.
                 await _through(run_queue, count * settings.queue_concurrency)
+                cpu_before = workers.cpu_s()
                 rate, details = await _through(run_queue, settings.queue_runs)
+                cpu_ms = (workers.cpu_s() - cpu_before) / settings.queue_runs * 1000
+                details.update(concurrency=settings.queue_concurrency, worker_cpu_ms=cpu_ms)
+                common = {
+                    "group": "queue",
+                    "workload": workload.format(count, f"{latency_ms:.0f}"),
+                    "details": details,
+                }
                 figures.append(
                     Figure(
-                        group="queue",
-                        name="runs per second",
-                        workload=workload.format(count, f"{latency_ms:.0f}"),
-                        unit="runs/s",
-                        art=rate,
-                        samples=[rate],
-                        details={**details, "concurrency": settings.queue_concurrency},
+                        name="runs per second", unit="runs/s", art=rate, samples=[rate], **common
+                    )
+                )
+                figures.append(
+                    Figure(
+                        name="worker CPU per run", unit="ms", art=cpu_ms, samples=[cpu_ms], **common
                     )
                 )
             taken_s, details = await _take_over(run_queue, workers, settings)

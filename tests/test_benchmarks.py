@@ -173,6 +173,8 @@ def test_queue_reports_runs_per_second_by_workers_and_the_take_over_time(report:
     for figure in rates:
         assert figure["art"] > 0 and figure["details"]["failed"] == 0
         assert figure["details"]["runs"] == 20
+    cpu = [f for f in figures if f["name"] == "worker CPU per run"]
+    assert len(cpu) == 2 and all(f["art"] > 0 for f in cpu)
     (take_over,) = [f for f in figures if f["name"] == "take-over after SIGKILL"]
     assert take_over["details"]["runs_taken_over"] >= 1
     assert take_over["art"] > 0
