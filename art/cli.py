@@ -739,6 +739,26 @@ def load_tools(specs: Iterable[str]) -> list[Any]:
     return tools
 
 
+def load_instance(spec: str) -> ArtInstance:
+    """The ArtInstance named by `module:attr` (an instance, or a function returning one)."""
+    from art.instance import ArtInstance
+
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise CliError("CONFIG_ERROR", f"--instance {spec!r}: expected module:attr", EXIT_USAGE)
+    value = getattr(_import_target(target, spec), attr, None)
+    if callable(value) and not isinstance(value, ArtInstance):
+        value = value()
+    if not isinstance(value, ArtInstance):
+        raise CliError(
+            "CONFIG_ERROR",
+            f"--instance {spec!r}: expected an ArtInstance or a function returning one, "
+            f"got {type(value).__name__}",
+            EXIT_USAGE,
+        )
+    return value
+
+
 def _import_target(target: str, spec: str) -> Any:
     try:
         if target.endswith(".py") or os.sep in target or "/" in target:

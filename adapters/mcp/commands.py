@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from art.cli import Output
-    from art.instance import ArtInstance
     from art.tooling import ToolSchema
 
 __all__ = ["list_tools", "serve_command"]
@@ -28,7 +27,7 @@ async def serve_command(
 ) -> int:
     """`art mcp`: serve an agent over stdio (or Streamable HTTP) until stopped."""
     from art.adapters.mcp.server import aserve
-    from art.cli import EXIT_OK, EXIT_USAGE, CliError, _build_instance
+    from art.cli import EXIT_OK, EXIT_USAGE, CliError, _build_instance, load_instance
 
     if instance is not None and (model or storage or tools or mcp_config):
         raise CliError(
@@ -38,7 +37,7 @@ async def serve_command(
             EXIT_USAGE,
         )
     inst = (
-        _load_instance(instance) if instance else _build_instance(model, storage, tools, mcp_config)
+        load_instance(instance) if instance else _build_instance(model, storage, tools, mcp_config)
     )
 
     def ready(line: str) -> None:
@@ -91,27 +90,6 @@ async def list_tools(out: Output, tools: list[str] | None, mcp_config: Path | No
     else:
         _print_tools(out, rows, servers)
     return EXIT_ERROR if failed else EXIT_OK
-
-
-def _load_instance(spec: str) -> ArtInstance:
-    """The ArtInstance named by `module:attr` (an instance, or a function returning one)."""
-    from art.cli import EXIT_USAGE, CliError, _import_target
-    from art.instance import ArtInstance
-
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        raise CliError("CONFIG_ERROR", f"--instance {spec!r}: expected module:attr", EXIT_USAGE)
-    value = getattr(_import_target(target, spec), attr, None)
-    if callable(value) and not isinstance(value, ArtInstance):
-        value = value()
-    if not isinstance(value, ArtInstance):
-        raise CliError(
-            "CONFIG_ERROR",
-            f"--instance {spec!r}: expected an ArtInstance or a function returning one, "
-            f"got {type(value).__name__}",
-            EXIT_USAGE,
-        )
-    return value
 
 
 def _local_row(schema: ToolSchema, source: str) -> dict[str, Any]:

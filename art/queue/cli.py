@@ -142,7 +142,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
-    from art.cli import _build_instance, _exit, _guard
+    from art.cli import _build_instance, _exit, _guard, load_instance
 
     out = Output(json=False)
     changes = {
@@ -164,7 +164,7 @@ def worker(
                     "--model, --tools and --storage",
                     EXIT_USAGE,
                 )
-            inst = _load_instance(instance)
+            inst = load_instance(instance)
         else:
             inst = _build_instance(model, storage, tools)
         inst.config.queue = _queue_config(None, base=inst.config.queue, **changes)
@@ -226,26 +226,6 @@ def _queue_config(
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise CliError("CONFIG_ERROR", f"bad queue option: {problems}", EXIT_USAGE) from None
-
-
-def _load_instance(spec: str) -> ArtInstance:
-    from art.cli import _import_target
-    from art.instance import ArtInstance
-
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        raise CliError("CONFIG_ERROR", f"--instance {spec!r}: expected module:attr", EXIT_USAGE)
-    value = getattr(_import_target(target, spec), attr, None)
-    if callable(value) and not isinstance(value, ArtInstance):
-        value = value()
-    if not isinstance(value, ArtInstance):
-        raise CliError(
-            "CONFIG_ERROR",
-            f"--instance {spec!r}: expected an ArtInstance or a function returning one, "
-            f"got {type(value).__name__}",
-            EXIT_USAGE,
-        )
-    return value
 
 
 def _announce(out: Output, inst: ArtInstance, queue_worker: QueueWorker[Any]) -> None:

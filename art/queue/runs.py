@@ -9,6 +9,7 @@ runs a worker inside the process, from the first use until the instance closes.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -155,12 +156,21 @@ class RunQueue:
         from art.instance import _options
 
         opts = _options(options)
+        if opts.tools and not all(isinstance(tool, str) for tool in opts.tools):
+            raise ConfigurationError(
+                "a queued run names its tools (registered on the workers' instance); "
+                "a tool object cannot be stored in the queue"
+            )
+        try:
+            stored = json.loads(json.dumps(opts.model_dump(exclude_none=True, exclude={"run_id"})))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"a queued run's options must be JSON: {exc}") from None
         run_id = opts.run_id or uuid.uuid4().hex
         spec = JobSpec(
             run_id=run_id,
             thread_id=thread_id,
             query=query,
-            options=opts.model_dump(mode="json", exclude_none=True, exclude={"run_id"}),
+            options=stored,
             submitted_at=timestamp_key(utcnow()),
         )
         await self.open()

@@ -299,6 +299,10 @@ async def test_a_storage_adapter_of_our_own_cannot_hold_a_queue() -> None:
         RunQueue(storage=ours)
     with pytest.raises(ConfigurationError, match="non-empty"):
         await RunQueue("memory://").submit("", "t1")
+    with pytest.raises(ConfigurationError, match="cannot be stored in the queue"):
+        await RunQueue("memory://").submit("q", "t1", {"tools": [Calculator()]})
+    with pytest.raises(ConfigurationError, match="must be JSON"):
+        await RunQueue("memory://").submit("q", "t1", {"metadata": {"when": object()}})
 
 
 @pytest.fixture(autouse=True)
