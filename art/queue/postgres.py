@@ -302,7 +302,7 @@ class _Worker(pq_worker.Worker):
 
     async def _fetch_and_process_jobs(self) -> None:
         try:
-            await super()._fetch_and_process_jobs()
+            await super()._fetch_and_process_jobs()  # type: ignore[no-untyped-call]
         except pq_exceptions.ConnectorException:
             # Taking a job names this worker, which the others removed if they took it for
             # dead: then stop, as `look_after` would a moment later; else a real failure.
