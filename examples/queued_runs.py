@@ -87,19 +87,25 @@ async def submit_and_follow(storage: str, workers: int) -> int:
 
         records = [await asyncio.wait_for(handle.result(), 120) for handle in handles]
         print(f"all ended in {time.perf_counter() - started:.2f} s:")
+        everything = [*handles, late]
+        outcomes = [*records, await late.result()]
+        ended = {h.id: r for h, r in zip(everything, outcomes, strict=True)}
         for thread_id in threads:
-            runs = (await inst.aget_state(thread_id)).runs
-            shown = [
-                f"{r.query} = {r.steps['s1'].output}"
-                if r.status == "completed"
-                else f"{r.query}: {r.status} ({r.error.code if r.error else '-'})"
-                for r in runs
-            ]
-            print(f"  {thread_id}: {', '.join(shown)}")
+            submitted = [h for h in everything if h.thread_id == thread_id]
+            shown = [_outcome(ended[h.id]) for h in submitted]
+            ran = [r.run_id for r in (await inst.aget_state(thread_id)).runs if r.steps]
+            in_order = ran == [h.id for h in submitted if ended[h.id].steps]
+            print(f"  {thread_id}: {', '.join(shown)} (ran in submission order: {in_order})")
         print(f"statuses: {dict(Counter(r.status for r in records))}")
         stats = await inst.queue.stats()
         print(f"queue {stats.queue}: {stats.queued} waiting, {stats.running} running")
     return 0 if all(r.status == "completed" for r in records) else 1
+
+
+def _outcome(record: Any) -> str:
+    if record.status == "completed":
+        return f"{record.query} = {record.steps['s1'].output}"
+    return f"{record.query}: {record.status} ({record.error.code if record.error else '-'})"
 
 
 def main(argv: list[str]) -> int:

@@ -252,8 +252,8 @@ def test_multi_worker_postgres_without_a_url_says_how_to_get_one(tmp_path):
     assert ".ci/postgres.sh start" in done.stdout
 
 
-QUEUED_THREAD = r"(alice|bob|carol)-\w{4}: 17 \* 23 = 391, (1 / 0: failed \(CANCELLED\), )?"
-QUEUED_THREAD += r"19 \* 29 = 551, 2 \*\* 10 = 1024"
+QUEUED_THREAD = r"(alice|bob|carol)-\w{4}: 17 \* 23 = 391, 19 \* 29 = 551, 2 \*\* 10 = 1024"
+QUEUED_THREAD += r"(, 1 / 0: failed \(CANCELLED\))? \(ran in submission order: True\)"
 
 
 def _queued_runs_ran_in_order(out: str) -> None:
