@@ -4,8 +4,9 @@ The input schema comes from the signature (through pydantic), parameter
 descriptions and the tool description from the docstring (Google, NumPy, reST or
 Epydoc style). A parameter annotated `ExecutionContext` receives the call's context
 and is not part of the input. The function may be sync (it then runs in a worker
-thread) or async; a plain return value becomes `ToolResult.output`, and a returned
-ToolResult passes through unchanged.
+thread) or async; a plain return value becomes `ToolResult.output` (for a blocking
+tool, the question a person is asked: the call suspends), and a returned ToolResult
+passes through unchanged.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class FunctionTool(IToolExecutor):
         name: str | None = None,
         description: str | None = None,
         execution_mode: ExecutionMode = "functional",
+        blocking_config: dict[str, Any] | None = None,
         examples: Sequence[ToolExample | Mapping[str, Any]] = (),
     ) -> None:
         if not callable(fn):
@@ -94,6 +96,7 @@ class FunctionTool(IToolExecutor):
             input_schema=_json_schema(self._input_model, label),
             output_schema=_output_schema(hints.get("return")),
             execution_mode=execution_mode,
+            blocking_config=blocking_config,
             examples=list(examples),
             label=label,
         )
@@ -139,8 +142,14 @@ class FunctionTool(IToolExecutor):
     def _result(self, returned: Any, context: ExecutionContext) -> ToolResult:
         if isinstance(returned, ToolResult):
             return returned
+        # A blocking tool asks before it acts: its return value is the reviewer's question,
+        # unless it is running again under an approval (run_on_approval).
+        asks = self.schema.mode == "blocking" and context.decision is None
         return ToolResult(
-            call_id=context.call_id, tool_name=self.schema.name, status="success", output=returned
+            call_id=context.call_id,
+            tool_name=self.schema.name,
+            status="suspended" if asks else "success",
+            output=returned,
         )
 
     def _arguments(
@@ -180,6 +189,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode = "functional",
+    blocking_config: dict[str, Any] | None = None,
     examples: Sequence[ToolExample | Mapping[str, Any]] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
@@ -191,12 +201,14 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode = "functional",
+    blocking_config: dict[str, Any] | None = None,
     examples: Sequence[ToolExample | Mapping[str, Any]] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function into a tool: `@art.tool` or `@art.tool(name=..., ...)`.
 
     `name` defaults to the function's name, `description` to the docstring's first
-    paragraph (plus its Returns section); `examples` are the schema's `ToolExample`s.
+    paragraph (plus its Returns section); `execution_mode`, `blocking_config` and
+    `examples` go into the schema as they are.
     Raises ToolRegistrationError when the function cannot be described (no docstring,
     `*args`, unknown annotations).
     """
@@ -207,6 +219,7 @@ def tool(
             name=name,
             description=description,
             execution_mode=execution_mode,
+            blocking_config=blocking_config,
             examples=examples,
         )
 
