@@ -13,6 +13,12 @@ FailurePolicy = Literal["skip_dependents", "replan", "fail"]
 
 MODEL_ENV = "ART_MODEL"
 STORAGE_ENV = "ART_STORAGE"
+API_BASE_ENV = "ART_API_BASE"
+API_KEY_ENV_ENV = "ART_API_KEY_ENV"
+TIMEOUT_ENV = "ART_TIMEOUT"
+# Long enough for a planning call of a large model, short enough that a hung server
+# fails the attempt instead of holding the run for the SDK's 600 s.
+DEFAULT_LLM_TIMEOUT_S = 90.0
 
 
 class BufferConfig(ArtModel):
@@ -38,6 +44,15 @@ class ExecutionConfig(ArtModel):
     max_replans: int = Field(1, ge=0)
     on_step_failure: FailurePolicy = "skip_dependents"
     llm_max_retries: int = Field(3, ge=0)
+    # Seconds one LLM call attempt may take (a `timeout` in llm_params takes precedence).
+    llm_timeout_s: float = Field(DEFAULT_LLM_TIMEOUT_S, gt=0)
+    # A streamed call fails when no chunk arrives for this many seconds.
+    llm_stream_idle_timeout_s: float = Field(60.0, gt=0)
+    # The longest single wait before a retry, whatever the provider's Retry-After says.
+    llm_max_retry_delay_s: float = Field(60.0, ge=0)
+    # Seconds a call may spend waiting between its retries, in all; a retry that would
+    # wait past this is not made and the last error is returned.
+    llm_retry_budget_s: float = Field(120.0, ge=0)
     buffer: BufferConfig = Field(default_factory=BufferConfig)
 
     def merged(self, overrides: ExecutionConfig | dict[str, Any] | None) -> ExecutionConfig:

@@ -51,6 +51,8 @@ class ModelErrorCode(StrEnum):
     CONTEXT_LENGTH_EXCEEDED = "CONTEXT_LENGTH_EXCEEDED"
     NETWORK_ERROR = "NETWORK_ERROR"
     TIMEOUT = "TIMEOUT"
+    # Not in the seed: the provider's server failed (HTTP 5xx); retryable.
+    PROVIDER_ERROR = "PROVIDER_ERROR"
     INVALID_RESPONSE = "INVALID_RESPONSE"
     UNKNOWN = "UNKNOWN"
 
@@ -60,7 +62,12 @@ class ModelErrorCode(StrEnum):
 
 
 RETRYABLE_MODEL_ERRORS = frozenset(
-    {ModelErrorCode.RATE_LIMITED, ModelErrorCode.NETWORK_ERROR, ModelErrorCode.TIMEOUT}
+    {
+        ModelErrorCode.RATE_LIMITED,
+        ModelErrorCode.NETWORK_ERROR,
+        ModelErrorCode.TIMEOUT,
+        ModelErrorCode.PROVIDER_ERROR,
+    }
 )
 
 

@@ -6,7 +6,8 @@ per token chunk and `buffer:flush` per group of chunks (`StreamBuffer`, seed 004
 asked to stream is made without streaming when none of those three events has a hook,
 subscriber or stream to reach (the answer, usage and cost are the same). Provider
 exceptions become `ModelError` with a `ModelErrorCode`; retryable codes are retried with
-exponential backoff that honours `retry-after`. API keys never leave this module: every
+exponential backoff that honours `retry-after`, within a time budget. Every attempt has a
+time limit, and a stream one between chunks. API keys never leave this module: every
 error message is passed through `art.redaction.redact`.
 """
 
@@ -17,9 +18,10 @@ import email.utils
 import functools
 import os
 import random
+import re
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
     from art.spans import SpanContext
 
 __all__ = [
-    "MAX_RETRY_DELAY_S",
     "Flush",
     "LLMClient",
     "LLMPhase",
@@ -55,8 +56,6 @@ log = get_logger(__name__)
 LLMPhase = Literal["planning", "step", "synthesis", "replan"]
 FlushReason = Literal["size", "time", "completion"]
 
-# No single wait between retries is longer than this, whatever `retry-after` says.
-MAX_RETRY_DELAY_S = 30.0
 # llm_params keys art sets itself; a caller's value would break the call's bookkeeping.
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
 # A streamed call is made only when one of these has a listener.
@@ -225,9 +224,14 @@ def _is_missing_key(message: str) -> bool:
 
 def _retry_after_s(exc: BaseException) -> float | None:
     """The provider's `retry-after` (seconds or HTTP date, or `retry-after-ms`), if sent."""
-    header_sources = [getattr(exc, "headers", None)]
+    # litellm keeps the response's headers in `litellm_response_headers` (its `headers`
+    # attribute stays None); an openai SDK error carries them on `response`.
     response = getattr(exc, "response", None)
-    header_sources.append(getattr(response, "headers", None))
+    header_sources = [
+        getattr(exc, "litellm_response_headers", None),
+        getattr(exc, "headers", None),
+        getattr(response, "headers", None),
+    ]
     for headers in header_sources:
         if not headers:
             continue
@@ -254,6 +258,28 @@ def _retry_after_s(exc: BaseException) -> float | None:
     return None
 
 
+# What litellm's message says when a response body could not be parsed: a JSON decoder
+# error, or a body without the API's fields.
+_UNPARSEABLE = re.compile(
+    r"line \d+ column \d+ \(char \d+\)|provider returned '|invalid response object"
+    r"|JSONDecodeError|Unterminated string",
+    re.IGNORECASE,
+)
+
+
+_UNREACHABLE = re.compile(
+    r"connection error|connection refused|connecterror|connection reset|name or service",
+    re.IGNORECASE,
+)
+_STATUS_CODES = {
+    401: ModelErrorCode.AUTHENTICATION_ERROR,
+    403: ModelErrorCode.AUTHENTICATION_ERROR,
+    404: ModelErrorCode.MODEL_NOT_FOUND,
+    408: ModelErrorCode.TIMEOUT,
+    429: ModelErrorCode.RATE_LIMITED,
+}
+
+
 def _code_for(exc: BaseException, message: str) -> ModelErrorCode:
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return ModelErrorCode.TIMEOUT
@@ -273,14 +299,28 @@ def _code_for(exc: BaseException, message: str) -> ModelErrorCode:
         (lx.PermissionDeniedError, ModelErrorCode.AUTHENTICATION_ERROR),
         (lx.NotFoundError, ModelErrorCode.MODEL_NOT_FOUND),
         (lx.APIResponseValidationError, ModelErrorCode.INVALID_RESPONSE),
-        (lx.ServiceUnavailableError, ModelErrorCode.NETWORK_ERROR),
-        (lx.InternalServerError, ModelErrorCode.NETWORK_ERROR),
-        (lx.BadGatewayError, ModelErrorCode.NETWORK_ERROR),
+        (lx.ServiceUnavailableError, ModelErrorCode.PROVIDER_ERROR),
+        (lx.InternalServerError, ModelErrorCode.PROVIDER_ERROR),
+        (lx.BadGatewayError, ModelErrorCode.PROVIDER_ERROR),
         (lx.APIConnectionError, ModelErrorCode.NETWORK_ERROR),
     ]
     for kind, code in ordered:
         if isinstance(exc, kind):
+            if code is ModelErrorCode.PROVIDER_ERROR:
+                # litellm reports a body it could not read, and a server it could not
+                # reach, as server errors.
+                if _UNPARSEABLE.search(message):
+                    return ModelErrorCode.INVALID_RESPONSE
+                if _UNREACHABLE.search(message):
+                    return ModelErrorCode.NETWORK_ERROR
             return code
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, lx.APIError) and isinstance(status, int):
+        # litellm's generic APIError for a status it has no class for (e.g. 403, 504).
+        if status >= 500:
+            return ModelErrorCode.PROVIDER_ERROR
+        if status in _STATUS_CODES:
+            return _STATUS_CODES[status]
     if isinstance(exc, lx.BadRequestError):
         if "llm provider not provided" in message.lower() or isinstance(
             exc, lx.LiteLLMUnknownProvider
@@ -290,6 +330,21 @@ def _code_for(exc: BaseException, message: str) -> ModelErrorCode:
     if isinstance(exc, ConnectionError):
         return ModelErrorCode.NETWORK_ERROR
     return ModelErrorCode.UNKNOWN
+
+
+# Codes of failures found before a request was sent (they do not count as LLM calls).
+_NOT_SENT = frozenset(
+    {ModelErrorCode.PROVIDER_NOT_CONFIGURED, ModelErrorCode.PROVIDER_NOT_SUPPORTED}
+)
+_RESPONSE_FORMAT_WORDS = ("response_format", "json_schema", "structured output", "response format")
+
+
+def _rejects_response_format(error: ModelError) -> bool:
+    """Whether `error` is a server refusing the `response_format` parameter."""
+    if error.code is not ModelErrorCode.UNKNOWN:
+        return False
+    lowered = error.message.lower()
+    return any(word in lowered for word in _RESPONSE_FORMAT_WORDS)
 
 
 _HINTS: dict[ModelErrorCode, str] = {
@@ -325,12 +380,15 @@ def map_provider_error(
     return ModelError(redact(message, secrets), code, retry_after_s=_retry_after_s(exc))
 
 
-def retry_delay_s(attempt: int, base_s: float, retry_after_s: float | None) -> float:
-    """How long to wait before retry `attempt` (1-based): exponential, at least retry-after."""
+def retry_delay_s(
+    attempt: int, base_s: float, retry_after_s: float | None, max_delay_s: float
+) -> float:
+    """How long to wait before retry `attempt` (1-based): exponential, at least
+    retry-after, at most `max_delay_s`."""
     backoff = base_s * (2 ** (attempt - 1)) if base_s > 0 else 0.0
     backoff *= 1.0 + random.random() * 0.1  # a little jitter so callers do not retry in step
     delay = max(backoff, retry_after_s or 0.0)
-    return min(delay, MAX_RETRY_DELAY_S)
+    return min(delay, max_delay_s)
 
 
 # -- the client ---------------------------------------------------------------------------
@@ -366,6 +424,8 @@ class LLMClient:
             key: value for key, value in (llm_params or {}).items() if key not in _RESERVED_PARAMS
         }
         self._secrets = secrets_from_params(self.llm_params) | environment_secrets()
+        # Models whose server refused a `response_format`: not sent to them again.
+        self._plain_models: set[str] = set()
 
     def __repr__(self) -> str:
         return f"LLMClient(llm_params={redact(self.llm_params, self._secrets)!r})"
@@ -406,6 +466,7 @@ class LLMClient:
         kwargs = self._call_kwargs(run, phase, model, sent_messages, response_format, stream)
 
         attempt = 0
+        waited_s = 0.0
         started = time.perf_counter()
         while True:
             attempt += 1
@@ -416,15 +477,43 @@ class LLMClient:
                     result = await self._once(model, kwargs)
                 break
             except _StreamAborted as aborted:
+                run.stats.add_llm_call(TokenUsage(), None)
                 raise aborted.error from aborted.__cause__
             except (HookVeto, asyncio.CancelledError):
                 raise
             except Exception as exc:
                 error = map_provider_error(exc, model=model, secrets=self._secrets)
-                if not error.retryable or attempt > run.config.llm_max_retries:
-                    log.warning("llm call failed", phase=phase, model=model, code=str(error.code))
+                if error.code not in _NOT_SENT:
+                    run.stats.add_llm_call(TokenUsage(), None)  # the request was made
+                if "response_format" in kwargs and _rejects_response_format(error):
+                    # The server does not take structured output: ask for JSON in the
+                    # text instead (the planner reads and repairs it either way).
+                    log.info("response_format rejected", phase=phase, model=model)
+                    self._plain_models.add(model)
+                    kwargs.pop("response_format")
+                    attempt -= 1
+                    continue
+                config = run.config
+                delay = retry_delay_s(
+                    attempt,
+                    config.retry_backoff_s,
+                    error.retry_after_s,
+                    config.llm_max_retry_delay_s,
+                )
+                if (
+                    not error.retryable
+                    or attempt > config.llm_max_retries
+                    or waited_s + delay > config.llm_retry_budget_s
+                ):
+                    log.info(
+                        "llm call failed",
+                        phase=phase,
+                        model=model,
+                        code=str(error.code),
+                        attempts=attempt,
+                    )
                     raise error from None
-                delay = retry_delay_s(attempt, run.config.retry_backoff_s, error.retry_after_s)
+                waited_s += delay
                 log.info(
                     "llm call retried",
                     phase=phase,
@@ -489,8 +578,15 @@ class LLMClient:
             }
         )
         kwargs.update(model=model, messages=messages, metadata=metadata)
+        if model.startswith("litellm_proxy/"):
+            # A LiteLLM proxy reads `metadata` from the request body; litellm sends its
+            # own `metadata` argument only to callbacks in this process.
+            extra_body = dict(kwargs.get("extra_body") or {})
+            extra_body["metadata"] = {**(extra_body.get("metadata") or {}), **metadata}
+            kwargs["extra_body"] = extra_body
         kwargs.setdefault("max_retries", 0)  # art retries; the provider SDK must not as well
-        if response_format is not None:
+        kwargs.setdefault("timeout", run.config.llm_timeout_s)
+        if response_format is not None and model not in self._plain_models:
             kwargs["response_format"] = response_format
         if stream:
             kwargs["stream"] = True
@@ -499,7 +595,7 @@ class LLMClient:
 
     async def _once(self, model: str, kwargs: dict[str, Any]) -> LLMResult:
         litellm = _litellm()
-        response = await litellm.acompletion(**kwargs)
+        response = await _bounded(litellm.acompletion(**kwargs), model, kwargs["timeout"])
         choices = getattr(response, "choices", None) or []
         message = getattr(choices[0], "message", None) if choices else None
         content = escape_unencodable(getattr(message, "content", None) or "")
@@ -522,8 +618,10 @@ class LLMClient:
         span: SpanContext,
     ) -> LLMResult:
         litellm = _litellm()
-        response = await litellm.acompletion(**kwargs)
+        response = await _bounded(litellm.acompletion(**kwargs), model, kwargs["timeout"])
         iterator = response.__aiter__()
+        idle_s = run.config.llm_stream_idle_timeout_s
+        last_chunk_at = time.monotonic()
         buffer = StreamBuffer(run.config.buffer)
         parts: list[str] = []
         usage_raw: Any = None
@@ -554,12 +652,24 @@ class LLMClient:
             while True:
                 if pending is None:
                     pending = asyncio.ensure_future(_next_chunk(iterator))
-                # Wake for a time flush even while the provider is silent.
-                done, _ = await asyncio.wait({pending}, timeout=buffer.due_in())
+                # Wake for a time flush even while the provider is silent, and when the
+                # stream has been silent too long.
+                idle_left = last_chunk_at + idle_s - time.monotonic()
+                due = buffer.due_in()
+                done, _ = await asyncio.wait(
+                    {pending}, timeout=max(0.0, idle_left if due is None else min(due, idle_left))
+                )
                 if not done:
+                    if time.monotonic() - last_chunk_at >= idle_s:
+                        raise ModelError(
+                            f"{model}: no streamed chunk for {idle_s:g} s "
+                            "(llm_stream_idle_timeout_s)",
+                            ModelErrorCode.TIMEOUT,
+                        )
                     await release(buffer.flush_if_due())
                     continue
                 item, pending = pending.result(), None
+                last_chunk_at = time.monotonic()
                 if item is _STOP:
                     break
                 response_model = getattr(item, "model", None) or response_model
@@ -598,6 +708,10 @@ class LLMClient:
             if pending is not None and not pending.done():
                 pending.cancel()
         await release(buffer.finish())
+        if _provider_sent_no_finish_reason(response):
+            finish_reason = (
+                None  # litellm's stream wrapper says "stop" for a stream that just ended
+            )
 
         usage = TokenUsage.from_provider(usage_raw)
         return LLMResult(
@@ -607,6 +721,29 @@ class LLMClient:
             model=response_model or model,
             finish_reason=finish_reason,
         )
+
+
+def _provider_sent_no_finish_reason(response: Any) -> bool:
+    """Whether litellm's stream wrapper saw no finish reason from the provider."""
+    if not hasattr(response, "received_finish_reason"):
+        return False
+    received = response.received_finish_reason
+    return received is None and getattr(response, "intermittent_finish_reason", None) is None
+
+
+async def _bounded(call: Awaitable[Any], model: str, limit_s: Any) -> Any:
+    """`call`, failed with TIMEOUT after `limit_s` seconds (not a number: no bound here)."""
+    if not isinstance(limit_s, int | float) or isinstance(limit_s, bool):
+        return await call  # an httpx.Timeout from llm_params: the provider SDK applies it
+    try:
+        async with asyncio.timeout(float(limit_s)):
+            return await call
+    except TimeoutError:
+        raise ModelError(
+            f"{model}: no answer within {limit_s:g} s (raise llm_timeout_s, or timeout in "
+            "llm_params, for slower models)",
+            ModelErrorCode.TIMEOUT,
+        ) from None
 
 
 def _response_cost(litellm: Any, response: Any, model: str, usage: TokenUsage) -> float | None:

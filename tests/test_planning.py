@@ -7,7 +7,6 @@ import time
 from datetime import UTC, datetime
 
 import jsonschema
-import litellm
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +28,7 @@ from art.planning import (
 from art.plans import Plan
 from art.registry import ToolRegistry
 from art.responses import ConversationMessage, StepRecord
-from art.testing import ScriptedModel, make_run_context
+from art.testing import HTTPStatus, ScriptedModel, make_run_context
 from art.tooling import IToolExecutor, ToolExample, ToolResult, ToolSchema
 
 NOW = datetime(2025, 3, 14, 12, 0, tzinfo=UTC)
@@ -470,11 +469,12 @@ async def test_one_attempt_means_no_repair(scripted_model, registry):
     assert len(model.calls) == 1
 
 
-async def test_provider_errors_are_not_plan_errors(scripted_model, registry):
-    error = litellm.AuthenticationError("bad key", llm_provider="p", model="m")
-    model = scripted_model(planning=error)
+async def test_provider_errors_are_not_plan_errors(fake_provider, registry):
+    fake_provider.queue(HTTPStatus(401, message="bad key"))
+    llm = LLMClient({"api_base": fake_provider.openai_base, "api_key": "test-key"})
+    planner = Planner(llm, registry, model="openai/served")
     with pytest.raises(ModelError) as info:
-        await planner_for(model, registry).plan(make_run_context(), "q", [])
+        await planner.plan(make_run_context(), "q", [])
     assert info.value.code == ModelErrorCode.AUTHENTICATION_ERROR
 
 

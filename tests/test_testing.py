@@ -13,7 +13,7 @@ from art.config import ExecutionConfig
 from art.errors import ModelError, ModelErrorCode
 from art.events import EventBus
 from art.llm import LLMClient
-from art.testing import ScriptedModel, make_run_context, replies
+from art.testing import ScriptedModel, ScriptError, make_run_context, replies
 
 pytest_plugins = ["pytester"]
 
@@ -98,10 +98,11 @@ async def test_a_callable_reply_sees_the_messages_and_metadata(scripted_model):
 
 
 async def test_a_scripted_exception_reaches_art_as_a_model_error(scripted_model):
-    model = scripted_model(step=litellm.NotFoundError("gone", model="m", llm_provider="p"))
+    model = scripted_model(step=ScriptError("the script refuses"))
     with pytest.raises(ModelError) as info:
         await ask(model)
-    assert info.value.code == ModelErrorCode.MODEL_NOT_FOUND
+    assert info.value.code == ModelErrorCode.UNKNOWN
+    assert "the script refuses" in info.value.message
 
 
 async def test_a_reply_can_set_the_finish_reason(scripted_model):

@@ -1,4 +1,5 @@
-"""Test helpers for applications built on art: a scripted LLM, fixtures, plan snapshots.
+"""Test helpers for applications built on art: a scripted LLM, a fake HTTP provider,
+fixtures, plan snapshots.
 
 Names load on first use so that the pytest plugin (`art.testing.plugin`), which every
 pytest run imports, stays cheap.
@@ -16,6 +17,12 @@ _EXPORTS: dict[str, str] = {
     "ScriptError": "art.testing.scripted",
     "replies": "art.testing.scripted",
     "make_run_context": "art.testing.runs",
+    "FakeProvider": "art.testing.provider",
+    "Answer": "art.testing.provider",
+    "HTTPStatus": "art.testing.provider",
+    "Hang": "art.testing.provider",
+    "Malformed": "art.testing.provider",
+    "ProviderRequest": "art.testing.provider",
     "PlanSnapshotExtension": "art.testing.snapshots",
     "render_plan_text": "art.testing.snapshots",
 }
@@ -37,6 +44,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from art.testing.provider import (  # noqa: F401
+        Answer,
+        FakeProvider,
+        Hang,
+        HTTPStatus,
+        Malformed,
+        ProviderRequest,
+    )
     from art.testing.runs import make_run_context  # noqa: F401
     from art.testing.scripted import (  # noqa: F401
         Reply,

@@ -13,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from art.context import RunContext
+    from art.testing.provider import FakeProvider
     from art.testing.scripted import ScriptedModel
 
 
@@ -31,6 +32,15 @@ def scripted_model() -> Iterator[Callable[..., ScriptedModel]]:
     yield factory
     for model in made:
         model.unregister()
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[FakeProvider]:
+    """A started FakeProvider (an HTTP model provider on 127.0.0.1), closed after the test."""
+    from art.testing.provider import FakeProvider
+
+    with FakeProvider() as provider:
+        yield provider
 
 
 @pytest.fixture
