@@ -301,15 +301,22 @@ def resume(
         raise typer.BadParameter("say --approve or --reject", param_hint="--approve/--reject")
     out = Output(json=json_output)
     decision = {"approved": approve, "reason": reason}
+    launch = Launch(model, storage, tools, mcp_config)
 
     async def do_resume() -> int:
-        async with _build_instance(model, storage, tools, mcp_config) as inst:
+        async with launch.instance() as inst:
             view = RunView(thread_id=thread_id)
             await _seed_view(inst, view, thread_id)
+            if approve:
+                view.approved |= {
+                    s["step_id"]
+                    for s in await _pending_suspensions(inst, thread_id)
+                    if s["suspension_id"] == suspension_id
+                }
             response = await _live(
                 out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
             )
-            return await _finish(out, inst, view, response, storage)
+            return await _finish(out, inst, view, response, launch)
 
     _exit(_guard(out, do_resume))
 
@@ -467,10 +474,11 @@ async def _run(
     mcp_config: Path | None = None,
     options: dict[str, Any] | None = None,
 ) -> int:
-    async with _build_instance(model, storage, tools, mcp_config) as inst:
+    launch = Launch(model, storage, tools, mcp_config)
+    async with launch.instance() as inst:
         view = RunView(thread_id=thread_id, query=query)
         response = await _live(out, view, inst.stream(query, thread_id, options))
-        return await _finish(out, inst, view, response, storage)
+        return await _finish(out, inst, view, response, launch)
 
 
 async def _resume_events(
@@ -526,15 +534,18 @@ async def _finish(
     inst: ArtInstance,
     view: RunView,
     response: AgentFinalResponse,
-    storage: str | None,
+    launch: Launch,
 ) -> int:
     """Print the outcome; in a terminal, ask about suspensions and resume until done."""
+    storage = launch.storage
     while response.status == "suspended" and not out.json and _interactive():
         pending = await _pending_suspensions(inst, view.thread_id)
         if not pending:
             break
         suspension = pending[0]
         decision = _ask_decision(out, suspension)
+        if decision["approved"]:
+            view.approved.add(suspension["step_id"])
         view.reset_for_resume()
         response = await _live(
             out,
@@ -546,11 +557,11 @@ async def _finish(
         document = response.model_dump(mode="json", by_alias=True)
         if response.status == "suspended":
             document["resume"] = [
-                _resume_command(view.thread_id, s["suspension_id"], storage)
+                launch.resume_command(view.thread_id, s["suspension_id"])
                 for s in await _pending_suspensions(inst, view.thread_id)
             ]
         out.emit_json(document)
-        return _exit_code(response)
+        return _exit_code(response, view)
 
     console = out.console
     if response.status == "suspended":
@@ -561,7 +572,7 @@ async def _finish(
                 f"[magenta]⏸ waiting for approval[/] step [bold]{s['step_id']}[/] "
                 f"([cyan]{s['tool']}[/]): {_one_line(_prompt_text(s), 200)}"
             )
-            command = _resume_command(view.thread_id, s["suspension_id"], storage)
+            command = launch.resume_command(view.thread_id, s["suspension_id"])
             console.print("  resume with: [bold]" + _escape(command) + "[/]", soft_wrap=True)
         if storage is None or storage.startswith("memory:"):
             console.print(
@@ -588,12 +599,25 @@ async def _finish(
         console.print(display_panel(item.tool_name, item.step_id, item.output))
     for line in binary_lines(response.steps):
         console.print(f"[dim]📎 {_escape(line)}[/]")
+    for step in _failed_approved(response, view):
+        out.errors.print(
+            f"[red bold]error[/] approved step [bold]{step.step_id}[/] failed: "
+            f"{_escape(step.reason or 'no reason given')}"
+        )
     console.print(summary_line(response, view.thread_id))
-    return _exit_code(response)
+    return _exit_code(response, view)
 
 
-def _exit_code(response: AgentFinalResponse) -> int:
+def _exit_code(response: AgentFinalResponse, view: RunView) -> int:
+    """1 for an error or an approved step that failed, 3 for a suspension, else 0."""
+    if _failed_approved(response, view):
+        return EXIT_ERROR
     return {"error": EXIT_ERROR, "suspended": EXIT_SUSPENDED}.get(response.status, EXIT_OK)
+
+
+def _failed_approved(response: AgentFinalResponse, view: RunView) -> list[StepRecord]:
+    """The steps a person approved in this command that then failed."""
+    return [s for s in response.steps if s.step_id in view.approved and s.status == "failed"]
 
 
 def _interactive() -> bool:
@@ -654,14 +678,35 @@ async def _seed_view(inst: ArtInstance, view: RunView, thread_id: str) -> None:
         )
 
 
-def _resume_command(thread_id: str, suspension_id: str, storage: str | None) -> str:
-    command = f"art resume {thread_id} {suspension_id} --approve"
-    if storage and not storage.startswith("memory:"):
-        command += f" --storage {storage}"
-    return command
-
-
 # -- building the instance --------------------------------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """The options a command built its instance from; a resume needs the same ones."""
+
+    model: str | None
+    storage: str | None
+    tools: list[str] | None
+    mcp_config: Path | None = None
+
+    def instance(self) -> ArtInstance:
+        return _build_instance(self.model, self.storage, self.tools, self.mcp_config)
+
+    def resume_command(self, thread_id: str, suspension_id: str) -> str:
+        """The `art resume` command line that decides `suspension_id` with these options."""
+        import shlex
+
+        words = ["art", "resume", thread_id, suspension_id, "--approve"]
+        if self.model:
+            words += ["--model", self.model]
+        if self.storage and not self.storage.startswith("memory:"):
+            words += ["--storage", self.storage]
+        for spec in self.tools or ():
+            words += ["--tools", spec]
+        if self.mcp_config is not None:
+            words += ["--mcp-config", str(self.mcp_config)]
+        return shlex.join(words)
+
+
 def _build_instance(
     model: str | None,
     storage: str | None,
@@ -893,6 +938,7 @@ class RunView:
         self.replans = 0
         self.response: AgentFinalResponse | None = None
         self.finished = False
+        self.approved: set[str] = set()  # steps a person approved in this command
         self._spinner: Any = None
 
     # -- events -------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from art._log import get_logger
 from art.config import ExecutionConfig, Persona, ProcessOptions
 from art.context import RunContext, RunStats
-from art.errors import ModelError, RunErrorCode, SuspensionError
+from art.errors import ConfigurationError, ModelError, RunErrorCode, SuspensionError
 from art.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.events import Event, EventBus, HookVeto, RunEvents, RunScope
 from art.responses import (
@@ -288,7 +288,9 @@ async def open_resumed_run(
 ) -> tuple[RunRecord, Suspension, RunSetup]:
     """Record `decision` on a pending suspension; return its run, the decided suspension
     and the run's setup. Raises SuspensionError for an unknown or already-decided one,
-    HookVeto when a `run:before` hook refuses the run (the decision is not recorded)."""
+    ConfigurationError when a step still to run names a tool this instance lacks, and
+    HookVeto when a `run:before` hook refuses the run (the decision is not recorded in
+    either case)."""
     every = await storage.list_suspensions(thread_id, pending_only=False)
     target = next((s for s in every if s.suspension_id == suspension_id), None)
     if target is None:
@@ -311,9 +313,34 @@ async def open_resumed_run(
             code=RunErrorCode.SUSPENSION_NOT_FOUND,
         )
     setup = await _set_up(tools, record, opts, bus, continued=True)
+    _check_remaining_tools(record, setup.registry)
     # Atomic: of two concurrent decisions (other processes included) one succeeds.
     decided = await storage.decide_suspension(thread_id, suspension_id, _decision_data(decision))
     return record, decided, setup
+
+
+def _check_remaining_tools(record: RunRecord, registry: ToolRegistry) -> None:
+    """Refuse to resume a run whose unfinished steps name tools this instance lacks: the
+    approval would be used up on a run that can only fail."""
+    steps = record.plan.steps if record.plan is not None else []
+    finished = {"completed", "failed", "skipped", "cancelled"}
+    missing = sorted(
+        {
+            step.tool
+            for step in steps
+            if step.tool
+            and getattr(record.steps.get(step.id), "status", "pending") not in finished
+            and registry.entry(step.tool) is None
+        }
+    )
+    if missing:
+        known = ", ".join(registry.names()) or "none"
+        raise ConfigurationError(
+            f"cannot resume: the run's remaining steps use {', '.join(map(repr, missing))}, "
+            f"which this instance does not have (registered: {known}); resume with the "
+            "tools the run was started with (the CLI: the same --tools and --mcp-config); "
+            "the suspension stays open"
+        )
 
 
 def _decision_data(decision: Decision) -> dict[str, Any]:

@@ -314,7 +314,8 @@ def test_suspension_without_a_terminal_prints_how_to_resume(invoke, scripted_mod
     assert re.search(r"○ s3 calculator .* pending", out)
     assert "waiting for approval step s2 (ask_human): Spend $391?" in out
     command = _resume_command(out)
-    assert command[:2] == ["resume", "t1"] and command[-2:] == ["--storage", db]
+    assert command[:2] == ["resume", "t1"]
+    assert command[-4:] == ["--model", model.model, "--storage", db]
     assert out.strip().splitlines()[-1].startswith("suspended  1 LLM call · 2 tool calls")
 
     resumed = invoke(*command, "--reason", "within budget", "--model", model.model)
@@ -350,7 +351,9 @@ def test_suspension_json_lists_resume_commands_and_exits_3(invoke, scripted_mode
     document = _json(result)
     assert document["metadata"]["status"] == "suspended"
     suspension_id = document["metadata"]["suspensionId"]
-    assert document["resume"] == [f"art resume t3 {suspension_id} --approve --storage {db}"]
+    assert document["resume"] == [
+        f"art resume t3 {suspension_id} --approve --model {model.model} --storage {db}"
+    ]
 
     resumed = invoke(
         "resume",
