@@ -222,12 +222,23 @@ def run(
             show_default=False,
         ),
     ] = None,
+    eager: Annotated[
+        bool | None,
+        typer.Option(
+            "--eager/--no-eager",
+            help="Stream the plan and start each step as soon as it is written "
+            "(ExecutionConfig.eager_execution; default: off).",
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
     options: dict[str, Any] = {}
+    if eager is not None:
+        options["execution_config"] = {"eager_execution": eager}
     if only:
         options["tools"] = only
     if context:
@@ -964,7 +975,11 @@ class RunView:
                 self.phase = "planning"
         elif name == "message:after":
             self.llm_calls += 1
-        elif name == "chunk:after" and isinstance(data.get("chunk"), str):
+        elif (
+            name == "chunk:after"
+            and data.get("phase") == "synthesis"
+            and isinstance(data.get("chunk"), str)
+        ):
             self.answer_chunks.append(data["chunk"])
         elif name == "resumed":
             self._resumed(data, event.timestamp)

@@ -53,6 +53,8 @@ class ExecutionConfig(ArtModel):
     # Seconds a call may spend waiting between its retries, in all; a retry that would
     # wait past this is not made and the last error is returned.
     llm_retry_budget_s: float = Field(120.0, ge=0)
+    # Stream the planning reply and start each step once its object is complete and valid.
+    eager_execution: bool = False
     buffer: BufferConfig = Field(default_factory=BufferConfig)
 
     def merged(self, overrides: ExecutionConfig | dict[str, Any] | None) -> ExecutionConfig:

@@ -55,7 +55,7 @@ class Readiness:
     `acyclic=True` skips the cycle search, for a graph already checked (`validate_plan`).
     """
 
-    __slots__ = ("_dependents", "_handed_out", "_started", "_waiting")
+    __slots__ = ("_dependents", "_done", "_handed_out", "_started", "_waiting")
 
     def __init__(
         self,
@@ -86,6 +86,7 @@ class Readiness:
                 raise CycleError(f"step {dep!r} depends on itself", [dep, dep])
         self._waiting = waiting
         self._dependents = dependents
+        self._done = done
         self._handed_out: set[str] = set()
         self._started = False
         if not acyclic:
@@ -120,6 +121,37 @@ class Readiness:
             raise ValueError(f"cannot finish step {step!r}: it {state}")
         self._handed_out.discard(step)
         del self._waiting[step]
+        return self._release(step)
+
+    def add(self, step: str, dependencies: Iterable[str]) -> bool:
+        """A step that arrived after the others (a streamed plan); its dependencies may
+        not have arrived yet. True when it is ready now: handed out if `start()` was called.
+        """
+        if step in self._waiting or step in self._done:
+            raise ValueError(f"step {step!r} was already added")
+        pending = [dep for dep in dict.fromkeys(dependencies) if dep not in self._done]
+        for dep in pending:
+            self._dependents[dep].append(step)
+        self._waiting[step] = len(pending)
+        if pending or not self._started:
+            return False
+        self._handed_out.add(step)
+        return True
+
+    def add_finished(self, step: str) -> list[str]:
+        """A step that arrived already finished (a resumed run's); returns the steps
+        that became ready because of it."""
+        if step in self._waiting or step in self._done:
+            raise ValueError(f"step {step!r} was already added")
+        ready = self._release(step)
+        if not self._started:
+            self._handed_out.difference_update(ready)  # start() hands them out
+            return []
+        return ready
+
+    def _release(self, step: str) -> list[str]:
+        """Mark `step` done; return (and hand out) the steps waiting only for it."""
+        self._done.add(step)
         ready: list[str] = []
         for dependent in self._dependents.pop(step, ()):
             remaining = self._waiting[dependent] - 1
@@ -154,6 +186,10 @@ class Executor:
     (suspended ones: their dependents wait with them). Use once: `await run(run_step)`.
     Plans are expected to have passed `validate_plan`; a cycle in one that did not is
     found once the steps outside it have run, and raised as `graphlib.CycleError`.
+
+    With `streaming=True` steps also arrive while it runs (`add`, a streamed plan), and
+    `run` returns only after `close()` (or `abort()`) once the running steps finish;
+    steps still waiting then (for a step that never came) are left unstarted.
     """
 
     def __init__(
@@ -163,6 +199,7 @@ class Executor:
         max_concurrency: int,
         finished: Iterable[str] = (),
         held: Collection[str] = frozenset(),
+        streaming: bool = False,
     ) -> None:
         # validate_plan found no cycle: searching every edge again costs milliseconds on
         # big plans, and a cycle in a plan that skipped it is reported at the end of run().
@@ -182,6 +219,7 @@ class Executor:
         self._run_step: RunStep | None = None
         self._used = False
         self._stopping = False
+        self._intake: asyncio.Event | None = asyncio.Event() if streaming else None
 
     # -- public -----------------------------------------------------------------------
     async def run(self, run_step: RunStep) -> None:
@@ -200,6 +238,8 @@ class Executor:
                 if (first := self._take_ready()) is not None:
                     group.create_task(self._worker(first))
                     self._start_workers()
+                if self._intake is not None:
+                    await self._intake.wait()  # steps go on arriving until close()
         finally:
             self._group = None
             self._run_step = None  # the step path refers back to this executor
@@ -207,8 +247,27 @@ class Executor:
                 self._spawn.cancel()
                 self._spawn = None
             self._ready.clear()
-        if not self._stopping and readiness.unfinished:
+        if not self._stopping and readiness.unfinished and self._intake is None:
             readiness.raise_for_cycle()
+
+    def add(self, step_id: str, dependencies: Sequence[str]) -> None:
+        """A step that arrived while running (`streaming`); it starts once its
+        dependencies have finished, those not arrived yet included."""
+        if self._readiness.add(step_id, dependencies):
+            self._ready.append(step_id)
+            self._start_workers()
+
+    def add_finished(self, step_id: str) -> None:
+        """A step that arrived already finished (`streaming`): its dependents may start."""
+        ready = self._readiness.add_finished(step_id)
+        if ready:
+            self._ready.extend(ready)
+            self._start_workers()
+
+    def close(self) -> None:
+        """No more steps will arrive (`streaming`): `run` returns once none is running."""
+        if self._intake is not None:
+            self._intake.set()
 
     def drain(self) -> None:
         """Start no more steps; the running ones finish."""
@@ -217,6 +276,7 @@ class Executor:
     def abort(self) -> None:
         """Start no more steps and cancel the running ones (except the caller's own)."""
         self._stopping = True
+        self.close()
         current = asyncio.current_task()
         for task in list(self._tasks.values()):
             if task is not current and not task.done():

@@ -21,6 +21,7 @@ from art.responses import RunError, StepRecord
 if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient
+    from art.plan_stream import StepArrivals
     from art.plans import Plan, Step
     from art.registry import ToolRegistry
     from art.responses import ConversationMessage
@@ -64,6 +65,14 @@ class Replanner(Protocol):
         records: Mapping[str, StepRecord],
     ) -> Plan: ...
 
+    async def plan_streamed(
+        self,
+        run: RunContext,
+        query: str,
+        history: Sequence[ConversationMessage],
+        arrivals: StepArrivals,
+    ) -> Plan: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ExecutionDeps:
@@ -72,7 +81,8 @@ class ExecutionDeps:
     `llm` and `model` serve reasoning steps and tools that ask for the model's help;
     `planner` replans under the `replan` policy. `persist` is awaited with a step's
     record when it starts and when it ends; `suspend` with each new Suspension;
-    `plan_updated` after a replan. `thread_pool` runs the plain `def` tools (default: a
+    `plan_updated` after a replan; `plan_created` when a streamed plan is complete.
+    `thread_pool` runs the plain `def` tools (default: a
     pool of `max_concurrency` threads made for this phase). `idle` is called when every
     running step waits for its tool and no step is ready: time the run would otherwise
     spend waiting (the run writes its event log then).
@@ -88,6 +98,7 @@ class ExecutionDeps:
     persist: PersistStep | None = None
     suspend: SaveSuspension | None = None
     plan_updated: PlanUpdated | None = None
+    plan_created: Callable[[Plan], Awaitable[None]] | None = None
     thread_pool: ThreadPool | None = None
     idle: Callable[[], None] | None = None
 

@@ -449,8 +449,13 @@ class LLMClient:
         span: SpanContext,
         response_format: dict[str, Any] | None = None,
         stream: bool = False,
+        on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
-        """One LLM call, retried on retryable provider errors; raises ModelError or HookVeto."""
+        """One LLM call, retried on retryable provider errors; raises ModelError or HookVeto.
+
+        `on_text` is called with each piece of the reply as it streams (the call then
+        streams whoever listens), after `chunk:before` hooks edited it.
+        """
         data = await run.events.emit(
             "message:before",
             {"phase": phase, "model": model, "messages": messages},
@@ -459,7 +464,9 @@ class LLMClient:
             span=span,
         )
         sent_messages = data.get("messages", messages) if isinstance(data, dict) else messages
-        if stream and not any(run.events.wants(name) for name in _STREAM_EVENTS):
+        if on_text is not None:
+            stream = True
+        elif stream and not any(run.events.wants(name) for name in _STREAM_EVENTS):
             # Nobody would see a chunk: one plain call gives the same answer, usage and
             # cost without litellm's streaming wrapper.
             stream = False
@@ -472,7 +479,7 @@ class LLMClient:
             attempt += 1
             try:
                 if stream:
-                    result = await self._stream(run, phase, model, kwargs, span)
+                    result = await self._stream(run, phase, model, kwargs, span, on_text)
                 else:
                     result = await self._once(model, kwargs)
                 break
@@ -616,12 +623,14 @@ class LLMClient:
         model: str,
         kwargs: dict[str, Any],
         span: SpanContext,
+        on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
         litellm = _litellm()
         response = await _bounded(litellm.acompletion(**kwargs), model, kwargs["timeout"])
         iterator = response.__aiter__()
         idle_s = run.config.llm_stream_idle_timeout_s
         last_chunk_at = time.monotonic()
+        chunk_events = any(run.events.wants(name) for name in _STREAM_EVENTS)
         buffer = StreamBuffer(run.config.buffer)
         parts: list[str] = []
         usage_raw: Any = None
@@ -684,6 +693,12 @@ class LLMClient:
                 if not text:
                     continue
                 text = escape_unencodable(text)
+                if not chunk_events:  # nobody listens: the text only
+                    parts.append(text)
+                    delivered = True
+                    if on_text is not None:
+                        on_text(text)
+                    continue
                 try:
                     edited = await emit(
                         "chunk:before", {"phase": phase, "chunk": text, "sequence": sequence}
@@ -694,6 +709,8 @@ class LLMClient:
                 text = str(edited.get("chunk", text)) if isinstance(edited, dict) else text
                 parts.append(text)
                 delivered = True
+                if on_text is not None:
+                    on_text(text)
                 await release(buffer.add(text))
                 await emit("chunk:after", {"phase": phase, "chunk": text, "sequence": sequence})
                 sequence += 1

@@ -104,7 +104,9 @@ class MakePlan:
 
     async def run(self, run: Run) -> Phase | End:
         record, storage = run.state.record, run.deps.storage
-        if record.plan is None:
+        if record.plan is None and run.context.config.eager_execution:
+            pass  # ExecutePlan streams the plan and starts its steps as they arrive
+        elif record.plan is None:
             try:
                 plan = await run.deps.planner.plan(run.context, record.query, run.state.history)
             except PlanError as exc:
@@ -114,14 +116,7 @@ class MakePlan:
                 return Fail(invalid)
             except (ModelError, HookVeto) as exc:
                 return Fail(call_error(exc))
-            record.plan = plan
-            record.status = "running"
-            run.sync_counters()
-            await storage.update_run(record)
-            # The plan's wire form is made when a hook or stream sees the event, or else
-            # when the log is written (while the run waits for its tools).
-            wire = plan.to_wire() if run.events.listened("plan:created") else plan
-            await run.emit("plan:created", {"plan": wire, "steps": len(plan.steps)})
+            await run.plan_created(plan)
         elif record.status != "running":
             record.status = "running"
             await storage.update_run(record)
@@ -133,7 +128,8 @@ class MakePlan:
 
 @dataclass(frozen=True, slots=True)
 class ExecutePlan:
-    """Run the plan's steps (and replans) to the end, a suspension, or a stop."""
+    """Run the plan's steps (and replans) to the end, a suspension, or a stop; without a
+    plan (eager execution), while the planner streams it."""
 
     async def run(self, run: Run) -> Phase | End:
         from art.execution_state import ExecutionDeps
@@ -141,7 +137,6 @@ class ExecutePlan:
         from art.run import pending_suspensions
 
         record, deps = run.state.record, run.deps
-        assert record.plan is not None  # MakePlan made one
         execution = PlanExecution(
             ExecutionDeps(
                 run=run.context,
@@ -154,6 +149,7 @@ class ExecutePlan:
                 persist=run.persist_step,
                 suspend=deps.storage.add_suspension,
                 plan_updated=run.plan_updated,
+                plan_created=run.plan_created,
                 thread_pool=deps.tool_threads,
                 idle=run.log.write_soon,
             ),

@@ -4,21 +4,30 @@ between them (LLMCompiler's outer loop around a fresh `TaskFetchingUnit`).
 A pass runs every step it can; a step that fails under the `replan` policy ends the pass
 once the running steps finish, the planner writes the rest of the plan from what is
 known, and the next pass runs it, never running a completed step again.
+
+Without a plan (eager execution) the first pass runs while the planner streams it: each
+step joins the executor when its object is complete and valid (`art.plan_stream`), and
+the pass ends once the plan is complete (repairs included) and the steps have run.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from art._log import get_logger
 from art.errors import ModelError, PlanError, RunErrorCode
+from art.events import HookVeto
 from art.execution import Executor, step_dependencies
 from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop, pending_record
+from art.plan_stream import StepArrivals
 from art.plans import Plan, Step
 from art.policies import failure_policy
+from art.references import resolve_references
 from art.responses import RunError, StepRecord
 from art.state import Suspension
 from art.steps import CallResources, StepRunner
@@ -57,18 +66,22 @@ class PlanExecution:
     `records` carries the step records of an earlier attempt of the same run (an
     idempotent retry or a resume): completed steps are not run again and their outputs
     are reused; `in_progress` steps run again with the next attempt number; `waiting`
-    steps stay suspended.
+    steps stay suspended. `plan=None` streams the plan from `deps.planner` (eager
+    execution); a completed record is then reused by a streamed step with the same id,
+    tool and arguments.
     """
 
     def __init__(
         self,
         deps: ExecutionDeps,
-        plan: Plan,
+        plan: Plan | None,
         *,
         records: Mapping[str, StepRecord] | None = None,
         replans: int = 0,
     ) -> None:
         self.deps = deps
+        self._streamed = plan is None
+        plan = plan if plan is not None else Plan()
         # Earlier records of steps not in this plan matter only for their outputs.
         kept: dict[str, StepRecord] = {}
         if records:
@@ -104,10 +117,12 @@ class PlanExecution:
         )
         resources = CallResources(self.deps)
         try:
-            while True:
+            if self._streamed:
+                await self._streamed_pass(resources)
+            else:
                 await self._pass(resources)
-                if state.stop is not Stop.REPLAN or not await self._replan():
-                    break
+            while state.stop is Stop.REPLAN and await self._replan():
+                await self._pass(resources)
         finally:
             resources.close()
         outcome, counts = self._outcome()
@@ -169,6 +184,61 @@ class PlanExecution:
         try:
             await executor.run(runner.run)
         finally:
+            self._runner = None
+            runner.close()
+
+    async def _streamed_pass(self, resources: CallResources) -> None:
+        """The first pass, run while the planner streams the plan."""
+        deps, state = self.deps, self.state
+        assert deps.planner is not None  # streamed planning needs one
+        state.stop = None
+        records, outputs = state.records, state.outputs
+        steps: dict[str, Step] = {}
+        dependencies: dict[str, Sequence[str]] = {}
+        self._steps = steps
+        executor = Executor({}, max_concurrency=deps.run.config.max_concurrency, streaming=True)
+        runner = StepRunner(deps, state, self._policy, executor, resources, steps, dependencies)
+        self._runner = runner
+
+        def intake(step: Step, arrived_at: datetime) -> None:
+            step_id = step.id
+            steps[step_id] = step
+            dependencies[step_id] = step_dependencies(step)
+            earlier = records.get(step_id)
+            if earlier is not None and _reusable(earlier, step, outputs):
+                earlier.arrived_at = arrived_at
+                executor.add_finished(step_id)  # finished before a crash: not run again
+                return
+            record = records[step_id] = pending_record(step)
+            record.arrived_at = arrived_at
+            executor.add(step_id, dependencies[step_id])
+
+        arrivals = StepArrivals(deps.registry, intake)
+        executing = asyncio.ensure_future(executor.run(runner.run))
+        planning = asyncio.ensure_future(
+            deps.planner.plan_streamed(deps.run, deps.query, deps.history, arrivals)
+        )
+        try:
+            await asyncio.wait({executing, planning}, return_when=asyncio.FIRST_COMPLETED)
+            if not planning.done():
+                planning.cancel()  # the run stopped (a cancel, or `fail`): no plan needed
+            plan, error = await _planned(planning)
+            if error is not None and not state.cancelling:
+                runner.stop(Stop.FAILED, error)
+            if plan is not None:
+                state.plan = plan
+                if deps.plan_created is not None:
+                    await deps.plan_created(plan)
+            else:  # the steps that arrived, as the run's plan
+                state.plan = Plan(steps=list(arrivals.taken.values()))
+            executor.close()
+            await executing
+        finally:
+            pending = [task for task in (planning, executing) if not task.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
             self._runner = None
             runner.close()
 
@@ -260,3 +330,36 @@ class PlanExecution:
             await run.events.emit(
                 name, data, thread_id=run.thread_id, run_id=run.run_id, span=run.span
             )
+
+
+async def _planned(planning: asyncio.Future[Plan]) -> tuple[Plan | None, RunError | None]:
+    """The streamed plan, or why there is none (None, None: planning was stopped)."""
+    try:
+        return await planning, None
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if planning.cancelled() and (task is None or not task.cancelling()):
+            return None, None
+        raise
+    except PlanError as exc:
+        return None, RunError(
+            code=RunErrorCode.PLAN_INVALID, message=exc.message, problems=list(exc.problems)
+        )
+    except ModelError as exc:
+        return None, RunError(
+            code=str(exc.code), message=exc.message, retry_after_s=exc.retry_after_s
+        )
+    except HookVeto as exc:
+        return None, RunError(code=RunErrorCode.VETOED, message=str(exc))
+
+
+def _reusable(record: StepRecord, step: Step, outputs: Mapping[str, Any]) -> bool:
+    """Whether a completed record of an earlier attempt is this step's: same tool, and
+    the arguments it ran with are the step's (its references read from `outputs`)."""
+    if record.status != "completed" or record.tool != step.tool:
+        return False
+    try:
+        args = resolve_references(step.args, outputs) if step.referencing_args else step.args
+    except Exception:
+        return False
+    return (record.args is None and not args) or record.args == args

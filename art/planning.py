@@ -33,6 +33,7 @@ from art.serialization import context_text, escape_unencodable_data
 if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient, LLMPhase
+    from art.plan_stream import StepArrivals
     from art.responses import ConversationMessage, StepRecord
     from art.tooling import ToolExample, ToolSchema
 
@@ -665,10 +666,17 @@ def _validation_problems(error: ValidationError, data: Mapping[str, Any]) -> lis
 
 
 def parse_plan(
-    text: str, registry: Any, *, completed: Iterable[str] = frozenset()
+    text: str,
+    registry: Any,
+    *,
+    completed: Iterable[str] = frozenset(),
+    arrivals: StepArrivals | None = None,
+    offer: bool = True,
 ) -> tuple[Plan | None, list[str]]:
     """Read and validate the plan in an LLM reply: (plan, []) or (plan or None, problems).
 
+    With `arrivals` (a streamed reply) the steps already taken are kept in the plan and
+    its steps not taken yet are offered to them first (unless `offer` is False).
     Never raises for bad input: anything wrong with the reply becomes a problem.
     """
     try:
@@ -679,7 +687,10 @@ def parse_plan(
             plan = Plan.model_validate(data)
         except ValidationError as exc:
             return None, _validation_problems(exc, data)
-        return plan, validate_plan(plan, registry, completed=completed)
+        streamed: list[str] = []
+        if arrivals is not None:
+            plan, streamed = arrivals.finish(plan, offer=offer)
+        return plan, streamed + validate_plan(plan, registry, completed=completed)
     except RecursionError:
         return None, ["the plan is nested too deeply to read; keep arguments flat"]
     except Exception as exc:  # a reply must never crash the planner
@@ -738,6 +749,29 @@ class Planner:
 
         return await self._plan_and_repair(run, "planning", self._fit(render), frozenset())
 
+    async def plan_streamed(
+        self,
+        run: RunContext,
+        query: str,
+        history: Sequence[ConversationMessage],
+        arrivals: StepArrivals,
+    ) -> Plan:
+        """As `plan`, streaming the reply: each step is handed to `arrivals` as soon as
+        its JSON object is complete and valid, and repairs keep the steps handed on."""
+
+        def render(compact: bool) -> list[dict[str, Any]]:
+            return render_planning_messages(
+                query,
+                self.registry,
+                history,
+                self.persona,
+                compact=compact,
+                context=run.system_context,
+            )
+
+        messages = self._fit(render)
+        return await self._plan_and_repair(run, "planning", messages, frozenset(), arrivals)
+
     async def replan(
         self,
         run: RunContext,
@@ -791,12 +825,15 @@ class Planner:
         phase: LLMPhase,
         messages: list[dict[str, Any]],
         completed: frozenset[str],
+        arrivals: StepArrivals | None = None,
     ) -> Plan:
         attempts = run.config.max_plan_attempts
         response_format = self._response_format()
         conversation = messages
         problems: list[str] = []
         for attempt in range(1, attempts + 1):
+            if arrivals is not None:
+                arrivals.reader()  # a fresh reader for this reply
             result = await self.llm.complete(
                 run,
                 phase=phase,
@@ -804,8 +841,16 @@ class Planner:
                 messages=conversation,
                 span=run.span.child(),
                 response_format=response_format,
+                on_text=arrivals.feed if arrivals is not None else None,
             )
-            plan, problems = parse_plan(result.content, self.registry, completed=completed)
+            plan, problems = parse_plan(
+                result.content,
+                self.registry,
+                completed=completed,
+                arrivals=arrivals,
+                # A cut-off reply's last step may be cut short: only complete ones run.
+                offer=result.finish_reason != "length",
+            )
             if result.finish_reason == "length":
                 problems = [
                     "the reply was cut off (the model hit its output limit); "
@@ -815,10 +860,13 @@ class Planner:
             if plan is not None and not problems:
                 return plan
             log.info("plan rejected", phase=phase, attempt=attempt, problems=len(problems))
+            repair = repair_message(problems)
+            if arrivals is not None and arrivals.taken:
+                repair = f"{repair}\n{arrivals.repair_note()}"
             conversation = [
                 *messages,
                 {"role": "assistant", "content": _clip(result.content, _REPLY_ECHO_CHARS)},
-                {"role": "user", "content": repair_message(problems)},
+                {"role": "user", "content": repair},
             ]
         listed = "\n".join(f"{n}. {p}" for n, p in enumerate(problems[:50], start=1))
         more = f"\n... and {len(problems) - 50} more" if len(problems) > 50 else ""

@@ -77,6 +77,9 @@ class StepRecord(ArtModel):
     attempts: int = 0
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    # When the step's object was complete in the streamed planning reply (None when the
+    # plan was not streamed, or the step came from a replan).
+    arrived_at: datetime | None = None
     # The arguments the step ran with, after references were resolved and hooks applied.
     args: JsonDict | None = None
     # Why a step failed or was skipped, in words the synthesis and the user can read.

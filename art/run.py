@@ -218,6 +218,18 @@ class Run:
             self.log.write_soon()
         return self.deps.storage.save_step(self.context.run_id, step_record)
 
+    async def plan_created(self, plan: Plan) -> None:
+        """Store the planner's plan with the run and emit `plan:created`."""
+        record = self.state.record
+        record.plan = plan
+        record.status = "running"
+        self.sync_counters()
+        await self.deps.storage.update_run(record)
+        # The plan's wire form is made when a hook or stream sees the event, or else
+        # when the log is written (while the run waits for its tools).
+        wire = plan.to_wire() if self.events.listened("plan:created") else plan
+        await self.emit("plan:created", {"plan": wire, "steps": len(plan.steps)})
+
     async def plan_updated(self, plan: Plan, replans: int) -> None:
         record = self.state.record
         record.plan = plan

@@ -146,8 +146,10 @@ class AgUiTranslator:
     def _on_plan_created(self, data: dict[str, Any]) -> list[BaseEvent]:
         plan = data.get("plan") or {}
         self.state["plan"] = plan
+        # A streamed plan is created after its first steps started: keep what they did.
+        known = self.state["steps"]
         self.state["steps"] = {
-            step["id"]: {"status": "pending", "tool": step.get("tool")}
+            step["id"]: known.get(step["id"]) or {"status": "pending", "tool": step.get("tool")}
             for step in plan.get("steps", [])
             if isinstance(step, dict) and "id" in step
         }
@@ -169,8 +171,15 @@ class AgUiTranslator:
         value = {**self.state["steps"].get(step_id, {}), **self._step_state(data)}
         self.state["steps"][step_id] = value
         delta = [{"op": op, "path": f"/steps/{_pointer(step_id)}", "value": value}]
-        events.append(_delta(delta))
+        events.append(self._change(delta))
         return events
+
+    def _change(self, patch: list[dict[str, Any]]) -> BaseEvent:
+        """A delta, or the whole state when no snapshot was sent yet (a streamed plan's
+        steps start before `plan:created`)."""
+        if self.state["plan"] is None:
+            return StateSnapshotEvent(snapshot=self.state)
+        return _delta(patch)
 
     @staticmethod
     def _step_state(data: dict[str, Any]) -> dict[str, Any]:
@@ -214,7 +223,7 @@ class AgUiTranslator:
             shown = {"step_id": data.get("step_id"), "tool_name": tool, "output": output}
             self.state["display"].append(shown)
             events.append(CustomEvent(name="art.display", value=shown))
-            events.append(_delta([{"op": "add", "path": "/display/-", "value": shown}]))
+            events.append(self._change([{"op": "add", "path": "/display/-", "value": shown}]))
         return events
 
     def _on_buffer_flush(self, data: dict[str, Any]) -> list[BaseEvent]:

@@ -141,6 +141,10 @@ class ScriptedModel:
     iterator of replies consumed in order (the last repeats); a callable
     `(messages, metadata) -> reply` (sync or async); or an exception instance to raise.
     `default` answers phases that are not scripted (and calls without `art_phase`).
+    A streamed reply comes one word (with its trailing space) per chunk, each
+    `chunk_delay_s` after the previous one; `tokens_per_s` sets that pace as a rate
+    (chunks are sent on a fixed schedule, so the rate holds however long a consumer takes),
+    and a reply not streamed then comes after as long as its stream would take.
 
     Use it as a context manager, or call `unregister()` when done::
 
@@ -160,6 +164,7 @@ class ScriptedModel:
         default: Any = None,
         latency_s: float = 0.0,
         chunk_delay_s: float = 0.0,
+        tokens_per_s: float | None = None,
         response_schema: bool = False,
         context_window: int | None = None,
         cost_per_token: tuple[float, float] | None = None,
@@ -168,7 +173,8 @@ class ScriptedModel:
         self.provider = f"art-scripted-{uuid.uuid4().hex[:8]}"
         self.model = f"{self.provider}/{name}"
         self.latency_s = latency_s
-        self.chunk_delay_s = chunk_delay_s
+        self.chunk_delay_s = 1.0 / tokens_per_s if tokens_per_s else chunk_delay_s
+        self.tokens_per_s = tokens_per_s
         self.calls: list[ScriptedCall] = []
         self._scripts: dict[str, _Script] = {}
         for phase, reply in zip(PHASES, (planning, step, synthesis, replan), strict=True):
@@ -353,6 +359,12 @@ class ScriptedModel:
             for index, piece in enumerate(pieces)
         ]
 
+    def _writing_s(self, text: str) -> float:
+        """How long a reply not streamed takes at `tokens_per_s` (0 without a rate)."""
+        if not self.tokens_per_s:
+            return 0.0
+        return len(_WORD.findall(text) or [""]) / self.tokens_per_s
+
     def _build_handler(self) -> Any:
         litellm = _litellm()
         owner = self
@@ -362,7 +374,9 @@ class ScriptedModel:
                 call = owner._record(messages, kwargs, stream=False)
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
-                return owner._response(messages, *owner._settle(owner._pick(call), call))
+                settled = owner._settle(owner._pick(call), call)
+                time.sleep(owner._writing_s(settled[0]))
+                return owner._response(messages, *settled)
 
             async def acompletion(
                 self, model: str, messages: list, *args: Any, **kwargs: Any
@@ -371,6 +385,8 @@ class ScriptedModel:
                 if owner.latency_s:
                     await asyncio.sleep(owner.latency_s)
                 settled = await owner._asettle(owner._pick(call), call)
+                if writing_s := owner._writing_s(settled[0]):
+                    await asyncio.sleep(writing_s)
                 return owner._response(messages, *settled)
 
             def streaming(
@@ -380,9 +396,10 @@ class ScriptedModel:
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
                 settled = owner._settle(owner._pick(call), call)
-                for chunk in owner._chunks(messages, *settled):
-                    if owner.chunk_delay_s:
-                        time.sleep(owner.chunk_delay_s)
+                delay, start = owner.chunk_delay_s, time.perf_counter()
+                for index, chunk in enumerate(owner._chunks(messages, *settled), start=1):
+                    if delay and (wait := start + index * delay - time.perf_counter()) > 0:
+                        time.sleep(wait)
                     yield chunk
 
             async def astreaming(
@@ -392,9 +409,10 @@ class ScriptedModel:
                 if owner.latency_s:
                     await asyncio.sleep(owner.latency_s)
                 settled = await owner._asettle(owner._pick(call), call)
-                for chunk in owner._chunks(messages, *settled):
-                    if owner.chunk_delay_s:
-                        await asyncio.sleep(owner.chunk_delay_s)
+                delay, start = owner.chunk_delay_s, time.perf_counter()
+                for index, chunk in enumerate(owner._chunks(messages, *settled), start=1):
+                    if delay and (wait := start + index * delay - time.perf_counter()) > 0:
+                        await asyncio.sleep(wait)
                     yield chunk
 
         return _Handler()

@@ -176,6 +176,28 @@ def test_a_suspended_run_finishes_with_an_interrupt_per_pending_step() -> None:
     assert not [e for e in events if e.type.value == "TOOL_CALL_RESULT"]  # a person answers
 
 
+def test_a_plan_created_after_its_first_steps_ran_keeps_their_state() -> None:
+    # Eager execution: the plan is complete (plan:created) after s1 already ran.
+    plan = {"steps": [{"id": "s1", "tool": "calculator"}, {"id": "s2", "tool": "calculator"}]}
+    stored = _events(
+        *_tool("s1", "c1", "calculator", {"expression": "1+2"}, result=3),
+        ("step:status", {"step_id": "s1", "tool": "calculator", "status": "completed"}),
+        ("plan:created", {"plan": plan}),
+        ("session:end", {"status": "success", "answer": "3"}),
+    )
+    body = RunAgentInput(thread_id="t", run_id="agui-3", messages=[]).model_dump(by_alias=True)
+    translator = AgUiTranslator("t", "agui-3", frozenset())
+    events = translator.started(RunAgentInput.model_validate(body), None)
+    for event in stored:
+        events += translator.translate(event)
+
+    check_agui_sequence(events, body)
+    snapshot = [e for e in events if e.type.value == "STATE_SNAPSHOT"][-1]
+    steps = snapshot.snapshot["steps"]
+    assert steps["s1"]["status"] == "completed"
+    assert steps["s2"] == {"status": "pending", "tool": "calculator"}
+
+
 def test_engine_errors_become_problems_with_their_codes() -> None:
     busy = from_art_error(ThreadBusyError("t", retry_after_s=2.2))
     decided = from_art_error(
