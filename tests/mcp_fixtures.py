@@ -22,6 +22,8 @@ NODE_DIR = Path(
 EVERYTHING = NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything"
 #: The art agent the server tests serve (`art mcp --instance`).
 APP = ROOT / "tests" / "mcp_app.py"
+#: An SDK MCP server reporting the headers and cancellations it received.
+PROBE = ROOT / "tests" / "mcp_probe.py"
 
 
 def time_server() -> dict[str, object]:
@@ -76,11 +78,18 @@ def run_everything(mode: str) -> Iterator[str]:
     """server-everything in `mode` (streamableHttp or sse) on a free port: its base URL."""
     require_everything()
     port = free_port()
+    yield from _run_http([str(EVERYTHING), mode], port, {**os.environ, "PORT": str(port)})
+
+
+def run_probe(transport: str) -> Iterator[str]:
+    """tests/mcp_probe.py over `transport` (streamable-http or sse) on a free port: its base URL."""
+    port = free_port()
+    yield from _run_http([sys.executable, str(PROBE), transport, str(port)], port)
+
+
+def _run_http(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
     process = subprocess.Popen(
-        [str(EVERYTHING), mode],
-        env={**os.environ, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         wait_for_port(port, process)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +19,17 @@ from pathlib import Path
 import pytest
 from mcp_fixtures import (
     EVERYTHING,
+    PROBE,
     alive,
+    child_pids,
+    command_line,
     everything_server,
     free_port,
     git_server,
     mcp_children,
     require_everything,
     run_everything,
+    run_probe,
     time_server,
     wait_for_port,
 )
@@ -273,6 +278,28 @@ def test_servers_start_lazily_and_close_leaves_no_processes(scripted_model):
     assert not any(alive(pid) for pid in pids)
 
 
+def test_close_stops_a_servers_whole_process_tree(scripted_model):
+    """A launcher that leaves a process of its own beside the server (as npx or uvx may):
+    close() stops it too, not only the process art started."""
+    script = f'sleep 300 & exec "{sys.executable}" -m mcp_server_time --local-timezone UTC'
+    model = scripted_model(planning=_plan(_step("s1", "time__get_current_time", timezone="UTC")))
+    before = mcp_children("mcp_server_time")  # the shared servers of the other tests
+    inst = _instance(model, {"time": {"command": "sh", "args": ["-c", script]}})
+    tree: set[int] = set()
+    try:
+        assert inst.process("Time?", "mcp-tree").status == "success"
+        (server,) = mcp_children("mcp_server_time") - before
+        tree = {server} | child_pids(server)
+        assert any(command_line(pid).startswith("sleep 300") for pid in tree)
+        inst.close()
+        assert not [pid for pid in tree if alive(pid)]
+    finally:
+        inst.close()
+        for pid in tree:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_crashed_server_is_restarted_and_the_step_retried(scripted_model):
     model = scripted_model(planning=_plan(_step("s1", "time__get_current_time", timezone="UTC")))
     inst = _instance(model, {"time": time_server()}, step_max_retries=1, retry_backoff_s=0)
@@ -394,6 +421,72 @@ def test_an_http_server_that_comes_back_is_reconnected(scripted_model):
         inst.close()
         server.kill()
         server.wait()
+
+
+# -- what the server sees (tests/mcp_probe.py, an SDK MCPServer) ---------------------------
+@pytest.fixture(scope="module")
+def probe_http() -> Iterator[str]:
+    yield from run_probe("streamable-http")
+
+
+@pytest.fixture(scope="module")
+def probe_sse() -> Iterator[str]:
+    yield from run_probe("sse")
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_configured_headers_reach_an_http_server_on_every_request(
+    transport, probe_http, probe_sse, scripted_model, tmp_path, monkeypatch
+):
+    url = f"{probe_http}/mcp" if transport == "http" else f"{probe_sse}/sse"
+    path = tmp_path / "mcp.json"
+    headers = {"Authorization": "Bearer ${PROBE_TOKEN}", "X-Tenant": "acme"}
+    path.write_text(json.dumps({"mcpServers": {"probe": {"url": url, "headers": headers}}}))
+    monkeypatch.setenv("PROBE_TOKEN", "s3cret")
+    model = scripted_model(
+        planning=_plan(_step("s1", "probe__request_headers"), _step("s2", "probe__request_headers"))
+    )
+    with MCPClient(path) as client:
+        assert client.status()[0].transport == transport  # SSE: reached through the fallback
+        with _instance(model, client) as inst:
+            response = inst.process("Which headers arrive?", f"mcp-headers-{transport}")
+    assert response.status == "success", response.content
+    for step in response.steps:
+        assert step.output["authorization"] == "Bearer s3cret"
+        assert step.output["x-tenant"] == "acme"
+
+
+@pytest.mark.parametrize("how", ["run cancelled", "step timed out"])
+def test_a_cancelled_call_sends_the_server_mcps_cancellation(how, scripted_model, tmp_path):
+    log = tmp_path / "probe.log"
+    model = scripted_model(planning=_plan(_step("s1", "probe__wait", tag=how, seconds=60)))
+    probe = {"command": sys.executable, "args": [str(PROBE), "stdio"]}
+    config = {"probe": {**probe, "env": {"MCP_PROBE_LOG": str(log)}}}
+    timeout = {"step_timeout_s": 1.5} if how == "step timed out" else {}
+    with _instance(model, config, **timeout) as inst:
+        if how == "run cancelled":
+            inst.on(
+                "tool:update",
+                lambda data, context: (
+                    threading.Timer(1.0, inst.cancel, [context.thread_id]).start()
+                    if data["stage"] == "start"
+                    else None
+                ),
+            )
+        started = time.perf_counter()
+        response = inst.process("Wait, then stop", "mcp-cancelled")
+        assert time.perf_counter() - started < 15
+        if how == "run cancelled":
+            assert response.metadata.error.code == "CANCELLED"
+        else:
+            assert response.steps[0].result.error_code == "TIMEOUT"
+        deadline = time.monotonic() + 10
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The server cancelled the tool's task (its session still open): it received
+        # notifications/cancelled for the call.
+        assert log.exists(), "the server never heard that the call was cancelled"
+        assert log.read_text() == f"cancelled {how}\n"
 
 
 # -- the command line ----------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -200,6 +202,7 @@ class ServerConnection:
             holder.cancel()
             await asyncio.gather(holder, return_exceptions=True)
             self._why = self._start_failure(exc)
+            await self._stop_leftovers()
             self._close_stderr()
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -286,7 +289,18 @@ class ServerConnection:
             stop.set()
         if holder is not None:
             await asyncio.gather(holder, return_exceptions=True)
+        await self._stop_leftovers()
         self._close_stderr()
+
+    async def _stop_leftovers(self) -> None:
+        """Stop what a stdio server left running when it exited: the SDK stops the server's
+        process group only when the server itself does not exit once its stdin closes."""
+        if self._stderr is None:
+            return
+        pids = _writing_to(self._stderr)
+        if pids:
+            log.warning("stopping processes the MCP server left running", server=self.name)
+            await _terminate(pids)
 
     def _start_failure(self, exc: BaseException) -> str:
         """Why a start failed, in words (with the tail of a stdio server's stderr)."""
@@ -320,6 +334,52 @@ class ServerConnection:
         stream, self._stderr = self._stderr, None
         if stream is not None:
             stream.close()
+
+
+def _writing_to(stream: TextIO) -> list[int]:
+    """The processes whose stderr is `stream`'s file: a stdio server's descendants inherit
+    the file art gave it, which is how they are found (Linux's /proc; none elsewhere)."""
+    try:
+        target = os.fstat(stream.fileno())
+        entries = os.listdir("/proc")
+    except (OSError, ValueError):
+        return []
+    me = os.getpid()
+    found = []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            info = os.stat(f"/proc/{entry}/fd/2")
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == (target.st_dev, target.st_ino):
+            found.append(int(entry))
+    return found
+
+
+async def _terminate(pids: list[int], grace_s: float = 2.0) -> None:
+    """SIGTERM `pids`, then SIGKILL them if any is still there after `grace_s`."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    poll_s = 0.02
+    for _ in range(round(grace_s / poll_s)):
+        if not any(_running(pid) for pid in pids):
+            return
+        await asyncio.sleep(poll_s)
+    for pid in filter(_running, pids):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Exists and is not a zombie (a zombie is dead, waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 async def _list_all_tools(client: Client) -> list[mcp_types.Tool]:
