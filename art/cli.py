@@ -91,6 +91,35 @@ McpConfigOption = Annotated[
         show_default=False,
     ),
 ]
+ApiBaseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        metavar="URL",
+        help="The provider's base URL, e.g. http://127.0.0.1:8000/v1 for a vLLM server "
+        "(default: $ART_API_BASE).",
+        show_default=False,
+    ),
+]
+ApiKeyEnvOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env",
+        metavar="NAME",
+        help="The environment variable holding the provider's API key "
+        "(default: $ART_API_KEY_ENV, else the provider's usual one).",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        help="Seconds one LLM call attempt may take (default: $ART_TIMEOUT, else 90).",
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
 ]
@@ -194,6 +223,9 @@ def run(
     storage: StorageOption = None,
     tools: ToolsOption = None,
     mcp_config: McpConfigOption = None,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    timeout: TimeoutOption = None,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -245,9 +277,8 @@ def run(
         options["system_context"] = _key_values(context, "--context")
     if metadata:
         options["metadata"] = _key_values(metadata, "--metadata")
-    _exit(
-        _guard(out, lambda: _run(out, query, thread_id, model, storage, tools, mcp_config, options))
-    )
+    launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
+    _exit(_guard(out, lambda: _run(out, query, thread_id, launch, options)))
 
 
 @app.command()
@@ -265,6 +296,9 @@ def plan(
     storage: StorageOption = None,
     tools: ToolsOption = None,
     mcp_config: McpConfigOption = None,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    timeout: TimeoutOption = None,
     mermaid: Annotated[bool, typer.Option("--mermaid", help="Print a Mermaid graph.")] = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -273,8 +307,10 @@ def plan(
         raise typer.BadParameter("choose one of --mermaid and --json")
     out = Output(json=json_output)
 
+    launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
+
     async def make_plan() -> int:
-        async with _build_instance(model, storage, tools, mcp_config) as inst:
+        async with launch.instance() as inst:
             result = await inst.aplan(query, thread)
         if json_output:
             out.emit_json(result.to_wire())
@@ -305,6 +341,9 @@ def resume(
     storage: StorageOption = None,
     tools: ToolsOption = None,
     mcp_config: McpConfigOption = None,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    timeout: TimeoutOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Decide a suspended step (human in the loop) and finish the run."""
@@ -312,7 +351,7 @@ def resume(
         raise typer.BadParameter("say --approve or --reject", param_hint="--approve/--reject")
     out = Output(json=json_output)
     decision = {"approved": approve, "reason": reason}
-    launch = Launch(model, storage, tools, mcp_config)
+    launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
 
     async def do_resume() -> int:
         async with launch.instance() as inst:
@@ -476,16 +515,8 @@ def main() -> None:
 
 # -- running and resuming ---------------------------------------------------------------
 async def _run(
-    out: Output,
-    query: str,
-    thread_id: str,
-    model: str | None,
-    storage: str | None,
-    tools: list[str] | None,
-    mcp_config: Path | None = None,
-    options: dict[str, Any] | None = None,
+    out: Output, query: str, thread_id: str, launch: Launch, options: dict[str, Any]
 ) -> int:
-    launch = Launch(model, storage, tools, mcp_config)
     async with launch.instance() as inst:
         view = RunView(thread_id=thread_id, query=query)
         response = await _live(out, view, inst.stream(query, thread_id, options))
@@ -698,9 +729,25 @@ class Launch:
     storage: str | None
     tools: list[str] | None
     mcp_config: Path | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = None
 
     def instance(self) -> ArtInstance:
-        return _build_instance(self.model, self.storage, self.tools, self.mcp_config)
+        return _build_instance(
+            self.model, self.storage, self.tools, self.mcp_config, self._provider_fields()
+        )
+
+    def _provider_fields(self) -> dict[str, Any]:
+        """The ArtInstanceConfig fields of --api-base, --api-key-env and --timeout."""
+        fields: dict[str, Any] = {}
+        if self.api_base:
+            fields["api_base"] = self.api_base
+        if self.api_key_env:
+            fields["api_key_env"] = self.api_key_env
+        if self.timeout is not None:
+            fields["execution_config"] = {"llm_timeout_s": self.timeout}
+        return fields
 
     def resume_command(self, thread_id: str, suspension_id: str) -> str:
         """The `art resume` command line that decides `suspension_id` with these options."""
@@ -715,6 +762,12 @@ class Launch:
             words += ["--tools", spec]
         if self.mcp_config is not None:
             words += ["--mcp-config", str(self.mcp_config)]
+        if self.api_base:
+            words += ["--api-base", self.api_base]
+        if self.api_key_env:
+            words += ["--api-key-env", self.api_key_env]
+        if self.timeout is not None:
+            words += ["--timeout", f"{self.timeout:g}"]
         return shlex.join(words)
 
 
@@ -723,11 +776,13 @@ def _build_instance(
     storage: str | None,
     tools: list[str] | None,
     mcp_config: Path | None = None,
+    provider: dict[str, Any] | None = None,
 ) -> ArtInstance:
     """The instance a command runs on (an async context manager: closed after use)."""
     import art
 
     fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
+    fields.update(provider or {})
     if model:
         fields["model"] = model
     if storage:

@@ -146,6 +146,15 @@ class ArtInstanceConfig(ArtModel):
     execution_config: ExecutionConfig = Field(default_factory=ExecutionConfig)
     persona: Persona = Field(default_factory=Persona)
     llm_params: dict[str, Any] = Field(default_factory=dict)
+    # The provider's base URL (llm_params["api_base"]); default $ART_API_BASE.
+    api_base: str | None = None
+    # The name of the environment variable holding the provider's API key (read into
+    # llm_params["api_key"]); default $ART_API_KEY_ENV.
+    api_key_env: str | None = None
+    # Whether planning asks for JSON-schema structured output (`response_format`): None
+    # when litellm's model map says the model supports it. A server that refuses it gets
+    # the call again without it.
+    structured_output: bool | None = None
     callbacks: Any = None
     # MCP servers whose tools join `tools`: a path to an mcpServers JSON file, a dict in
     # that format, an MCPConfig or an MCPClient (art.adapters.mcp; docs/mcp.md)
@@ -158,6 +167,32 @@ class ArtInstanceConfig(ArtModel):
         if isinstance(value, str):
             return {"planning": value, "synthesis": value}
         return value
+
+    @model_validator(mode="after")
+    def _provider_settings(self) -> ArtInstanceConfig:
+        """api_base, api_key_env and $ART_TIMEOUT into llm_params and execution_config;
+        values set in llm_params or execution_config win."""
+        params = dict(self.llm_params)
+        base = self.api_base or os.environ.get(API_BASE_ENV)
+        if base:
+            params.setdefault("api_base", base)
+        key_env = self.api_key_env or os.environ.get(API_KEY_ENV_ENV)
+        if key_env and "api_key" not in params:
+            key = os.environ.get(key_env)
+            if not key:
+                raise ValueError(
+                    f"api_key_env names the environment variable {key_env}, which is not set"
+                )
+            params["api_key"] = key
+        self.llm_params = params
+        timeout = os.environ.get(TIMEOUT_ENV)
+        if timeout and "llm_timeout_s" not in self.execution_config.model_fields_set:
+            try:
+                seconds = float(timeout)
+            except ValueError:
+                raise ValueError(f"{TIMEOUT_ENV}={timeout!r} is not a number of seconds") from None
+            self.execution_config = self.execution_config.merged({"llm_timeout_s": seconds})
+        return self
 
     def resolved_model(self) -> str | None:
         return self.model or os.environ.get(MODEL_ENV) or None

@@ -84,6 +84,9 @@ class RunErrorCode(StrEnum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
     # A `message:before` hook refused a planning or synthesis call.
     VETOED = "VETOED"
+    # The answer did not end normally (cut by the output limit, filtered, or its stream
+    # ended without a finish reason): the run is `partial`, not failed.
+    ANSWER_INCOMPLETE = "ANSWER_INCOMPLETE"
 
 
 class ArtError(Exception):

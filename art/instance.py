@@ -579,7 +579,11 @@ class ArtInstance:
         from art.planning import Planner
 
         return Planner(
-            llm, tools or self.registry, persona=self.config.persona, model=self.planning_model
+            llm,
+            tools or self.registry,
+            persona=self.config.persona,
+            model=self.planning_model,
+            structured_output=self.config.structured_output,
         )
 
     def _config_for(self, opts: ProcessOptions) -> ExecutionConfig:

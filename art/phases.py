@@ -35,6 +35,7 @@ from art.state import Suspension
 from art.suspension import apply_decision, latest_by_step, suspended_message
 
 if TYPE_CHECKING:
+    from art.llm import LLMResult
     from art.plan_execution import ExecutionOutcome
     from art.registry import ToolRegistry
     from art.responses import StepRecord
@@ -181,7 +182,7 @@ class Synthesize:
     outcome: ExecutionOutcome
 
     async def run(self, run: Run) -> Phase | End:
-        from art.synthesis import SynthesisInput, synthesize
+        from art.synthesis import SynthesisInput, incomplete_answer, synthesize
 
         record, deps, outcome = run.state.record, run.deps, self.outcome
         data = SynthesisInput(
@@ -198,12 +199,18 @@ class Synthesize:
             result = await synthesize(run.context, deps.llm, deps.synthesis_model, data)
         except (ModelError, HookVeto) as exc:
             return Fail(call_error(exc))
-        status: RunStatusName = "success" if outcome.status == "completed" else "partial"
-        record.status = "completed" if status == "success" else "partial"
+        cut_off = incomplete_answer(result.finish_reason)
+        complete = outcome.status == "completed" and cut_off is None
+        status: RunStatusName = "success" if complete else "partial"
+        record.status = "completed" if complete else "partial"
         record.answer = result.content
-        record.error = None
+        record.error = (
+            RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off) if cut_off else None
+        )
         run.sync_counters()
-        response = build_response(run, status, result.content)
+        response = build_response(
+            run, status, result.content, error=record.error, answered_by=result
+        )
         question = ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
         # The run's end and its exchange in one write: a crash keeps both or neither.
         await deps.storage.finish_run(record, [question, response.response])
@@ -281,6 +288,7 @@ def build_response(
     *,
     error: RunError | None = None,
     suspension_ids: Sequence[str] = (),
+    answered_by: LLMResult | None = None,
 ) -> AgentFinalResponse:
     """The run's response as it stands: its answer, steps, displays, counters and timing."""
     from art.synthesis import gather_sources
@@ -310,6 +318,8 @@ def build_response(
         error=error,
         suspension_id=suspension_ids[0] if suspension_ids else None,
         suspension_ids=list(suspension_ids),
+        model=answered_by.model if answered_by else None,
+        finish_reason=answered_by.finish_reason if answered_by else None,
     )
     return AgentFinalResponse(
         response=message, metadata=metadata, plan=record.plan, steps=steps, display=display

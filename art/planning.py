@@ -709,13 +709,20 @@ class Planner:
     """Writes plans with one LLM call, repairing invalid ones with further calls."""
 
     def __init__(
-        self, llm: LLMClient, registry: Any, *, persona: Persona | None = None, model: str
+        self,
+        llm: LLMClient,
+        registry: Any,
+        *,
+        persona: Persona | None = None,
+        model: str,
+        structured_output: bool | None = None,
     ) -> None:
         self.llm = llm
         self.registry = registry
         self.persona = persona or Persona()
         self.model = model
-        self._structured: bool | None = None
+        # None: ask litellm's model map on the first call.
+        self._structured: bool | None = structured_output
         # (tool names, response_format): rebuilt only when tools are registered.
         self._format: tuple[tuple[str, ...], dict[str, Any]] | None = None
         self._window: Any = _UNKNOWN
@@ -870,8 +877,15 @@ class Planner:
             ]
         listed = "\n".join(f"{n}. {p}" for n, p in enumerate(problems[:50], start=1))
         more = f"\n... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        # The model cannot shorten a plan the output limit cuts: the user must raise it.
+        cut = (
+            "; the last reply was cut off at the model's output limit: raise max_tokens "
+            "in llm_params"
+            if result.finish_reason == "length"
+            else ""
+        )
         raise PlanError(
-            f"no valid plan after {attempts} attempt{'s' if attempts != 1 else ''}; "
+            f"no valid plan after {attempts} attempt{'s' if attempts != 1 else ''}{cut}; "
             f"problems of the last one:\n{listed}{more}",
             problems,
         )

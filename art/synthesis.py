@@ -27,6 +27,7 @@ __all__ = [
     "SynthesisInput",
     "fit_to_context",
     "gather_sources",
+    "incomplete_answer",
     "synthesis_messages",
     "synthesize",
 ]
@@ -276,6 +277,27 @@ def _as_source(item: Any) -> Source | None:
 
 
 # -- the call --------------------------------------------------------------------------------
+
+# The finish reason of an answer the model ended itself (litellm maps Anthropic's
+# end_turn and stop_sequence, Ollama's stop, and the like to it).
+NORMAL_FINISH = "stop"
+
+
+def incomplete_answer(finish_reason: str | None) -> str | None:
+    """Why an answer that ended with `finish_reason` may be incomplete; None when the
+    model ended it normally."""
+    if finish_reason == NORMAL_FINISH:
+        return None
+    if finish_reason == "length":
+        return (
+            "the answer was cut off at the model's output limit (finish_reason 'length'); "
+            "raise max_tokens in llm_params"
+        )
+    if finish_reason == "content_filter":
+        return "the provider's content filter stopped the answer (finish_reason 'content_filter')"
+    if finish_reason is None:
+        return "the answer's stream ended without a finish reason; it may be incomplete"
+    return f"the model stopped with finish_reason {finish_reason!r}; the answer may be incomplete"
 
 
 async def synthesize(

@@ -301,3 +301,12 @@ def test_http_api(tmp_path):
     assert "event buffer:flush" in out
     assert "status: completed; answer: The $120 refund was approved and paid." in out
     assert "display: [['3 x $40', 120]]" in out
+
+
+@pytest.mark.slow
+def test_own_server_against_the_stand_in_retries_then_reports_the_cut_off_answer(tmp_path):
+    out = _ok(run_example("own_server.py", cwd=tmp_path))
+    assert out.splitlines()[0] == "retrying planning call in 1.0 s: RATE_LIMITED"
+    assert "status: partial" in out and "answer: 17 * 23 is" in out
+    assert "model: stand-in-model, finish_reason: length, LLM calls: 3" in out
+    assert "ANSWER_INCOMPLETE" in out and "raise max_tokens" in out

@@ -100,7 +100,7 @@ class ProviderRequest:
     @property
     def api(self) -> str:
         """`openai`, `anthropic`, `ollama` or `other`, from the path."""
-        return _api_of(self.path)
+        return _api_of(urlsplit(self.path).path)
 
 
 def _api_of(path: str) -> str:
@@ -229,9 +229,12 @@ class FakeProvider:
         """The logged requests of one API (`openai`, `anthropic` or `ollama`)."""
         return [request for request in self.requests if request.api == api]
 
-    def _take(self, request: ProviderRequest) -> Reply:
+    def _take(self, request: ProviderRequest) -> Reply | None:
+        """Log `request`; the reply for it (None for a path of no API: it takes none)."""
         with self._lock:
             self.requests.append(request)
+            if request.api == "other":
+                return None
             return self._queue.popleft() if self._queue else self.default
 
     def _wait(self, seconds: float) -> bool:
@@ -276,9 +279,11 @@ class _Handler(BaseHTTPRequestHandler):
             received_at=time.monotonic(),
         )
         reply = self.owner._take(request)
-        api = _api_of(path)
         try:
-            self._answer(api, request, reply)
+            if reply is None:  # e.g. Ollama's /api/show, which litellm asks for model info
+                self._send_json(404, {"error": f"no route {path}"})
+                return
+            self._answer(_api_of(path), request, reply)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (a timeout): nothing to do
 
@@ -286,9 +291,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, api: str, request: ProviderRequest, reply: Reply) -> None:
         owner = self.owner
-        if api == "other":
-            self._send_json(404, {"error": {"message": f"no route {request.path}"}})
-            return
         if owner.api_key is not None and not self._authorised(request):
             self._send_error(api, HTTPStatus(401, message=self._bad_key_message(request)))
             return
