@@ -122,6 +122,9 @@ class QueueConfig(ArtModel):
     shutdown_timeout_s: float = Field(30.0, ge=0)
     # How often an idle worker looks for runs it was not told about.
     poll_s: float = Field(1.0, gt=0)
+    # Workers delete a finished run's job this long after it ended (the run stays in
+    # storage; its handle then reads it there). None keeps every job.
+    keep_finished_s: float | None = Field(7 * 86400.0, ge=0)
 
     @model_validator(mode="after")
     def _stalled_after_heartbeats(self) -> QueueConfig:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from art._log import get_logger
 from art.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -26,7 +28,12 @@ if TYPE_CHECKING:
     from art.queue.metrics import QueueMetrics
     from art.state import StorageAdapter
 
-__all__ = ["QueueBackend", "QueueWorker", "open_backend"]
+__all__ = ["CLEAN_UP_EVERY_S", "QueueBackend", "QueueWorker", "open_backend"]
+
+log = get_logger(__name__)
+
+#: The longest a worker waits between two deletions of finished jobs.
+CLEAN_UP_EVERY_S = 300.0
 
 
 BackendT = TypeVar("BackendT", bound="QueueBackend")
@@ -50,6 +57,7 @@ class QueueWorker(ABC, Generic[BackendT]):
         self.signals = signals  # stop gracefully on SIGTERM / SIGINT
         # Set before `run()` to report to a meter provider of your own.
         self.metrics: QueueMetrics | None = None
+        self._next_clean_up = 0.0
 
     @abstractmethod
     async def run(self) -> None:
@@ -59,6 +67,17 @@ class QueueWorker(ABC, Generic[BackendT]):
     @abstractmethod
     def stop(self) -> None:
         """Stop taking runs and shut down (safe from any thread, idempotent)."""
+
+    async def delete_finished(self) -> None:
+        """Delete the jobs that ended more than `keep_finished_s` ago; called every
+        heartbeat, it deletes at most every `min(keep_finished_s, CLEAN_UP_EVERY_S)`."""
+        keep, now = self.config.keep_finished_s, time.monotonic()
+        if keep is None or now < self._next_clean_up:
+            return
+        self._next_clean_up = now + min(keep, CLEAN_UP_EVERY_S)
+        deleted = await self.queue.delete_finished(keep)
+        if deleted:
+            log.info("finished queue jobs deleted", jobs=deleted, older_than_s=keep)
 
     def wake(self) -> None:
         """Something changed in this process (a run submitted or cancelled): look now."""
@@ -92,6 +111,10 @@ class QueueBackend(ABC):
     @abstractmethod
     async def stats(self) -> QueueStats:
         """Jobs by state and the registered workers."""
+
+    @abstractmethod
+    async def delete_finished(self, older_than_s: float) -> int:
+        """Delete this queue's jobs that ended more than `older_than_s` ago; how many."""
 
     @abstractmethod
     def worker(

@@ -249,6 +249,22 @@ class ProcrastinateQueue(QueueBackend):
         )
         return bool(rows)
 
+    async def delete_finished(self, older_than_s: float) -> int:
+        """Delete ended jobs whose last event (procrastinate's log of state changes) is older
+        than `older_than_s`; their events go with them (ON DELETE CASCADE)."""
+        rows = await self._rows(
+            "WITH gone AS (DELETE FROM procrastinate_jobs j"
+            " WHERE j.queue_name = %(queue)s AND j.task_name = %(task)s"
+            " AND j.status NOT IN ('todo', 'doing')"
+            " AND NOT EXISTS (SELECT 1 FROM procrastinate_events e WHERE e.job_id = j.id"
+            "  AND e.at >= now() - make_interval(secs => %(seconds)s))"
+            " RETURNING 1) SELECT COUNT(*) AS n FROM gone",
+            queue=self.config.name,
+            task=TASK,
+            seconds=older_than_s,
+        )
+        return int(rows[0]["n"])
+
     async def take_over(self) -> list[str]:
         """Put the jobs of workers silent for `stalled_after_s` back in the queue and prune
         those workers; the run ids taken over. One worker at a time does it."""
@@ -395,6 +411,7 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
                 if taken:
                     log.warning("runs of a dead worker taken over", run_ids=taken)
                     worker.look_now()
+                await self.delete_finished()
                 if self.metrics is not None:
                     self.metrics.taken_over(len(taken))
                     if self.metrics.wants_stats():

@@ -190,12 +190,21 @@ class RunQueue:
         return RunHandle(self, spec)
 
     async def get(self, run_id: str) -> RunHandle:
-        """The handle of a submitted run (from any process). KeyError if there is none."""
+        """The handle of a submitted run (from any process), its job deleted or not.
+        KeyError if there is none."""
         await self.open()
         job = await self.backend.job(run_id)
-        if job is None:
-            raise KeyError(f"no queued run {run_id!r}")
-        return RunHandle(self, job.spec)
+        if job is not None:
+            return RunHandle(self, job.spec)
+        record = await _ended_run(self.storage, run_id)
+        spec = JobSpec(
+            run_id=run_id,
+            thread_id=record.thread_id,
+            query=record.query,
+            options={},
+            submitted_at=timestamp_key(record.created_at),
+        )
+        return RunHandle(self, spec)
 
     async def stats(self) -> QueueStats:
         """The queue's depth, jobs by state and workers (what `art workers` shows)."""
@@ -243,7 +252,9 @@ class RunHandle:
     # -- status -------------------------------------------------------------------
     async def astatus(self) -> RunStatus:
         """`queued`, `running`, or the run's own status once it has ended."""
-        job = await self._job()
+        job = await self.queue.backend.job(self.id)
+        if job is None:
+            return (await _ended_run(self.queue.storage, self.id)).status
         if job.state == "todo":
             return "queued"
         record = await self.queue.storage.get_run(self.id)
@@ -260,7 +271,9 @@ class RunHandle:
         """Wait for the run's end and return it as stored (bound it with `asyncio.timeout`)."""
         delay = _FIRST_POLL_S
         while True:
-            job = await self._job()
+            job = await self.queue.backend.job(self.id)
+            if job is None:
+                return await _ended_run(self.queue.storage, self.id)
             if job.state in FINAL_JOB_STATES:
                 return _final(await self.queue.storage.get_run(self.id), job)
             await asyncio.sleep(delay)
@@ -288,7 +301,8 @@ class RunHandle:
 
         outcome = await self.queue.backend.cancel(self.id)
         if outcome == "missing":
-            raise KeyError(f"no queued run {self.id!r}")
+            await _ended_run(self.queue.storage, self.id)  # its job deleted, or no such run
+            return False
         if outcome == "cancelled":
             await mark_cancelled(self.queue.storage, self.spec, "cancelled before it ran")
         elif outcome == "aborting" and self.queue._worker is not None:
@@ -299,11 +313,14 @@ class RunHandle:
         """Sync `acancel`."""
         return self.queue.run_sync(self.acancel())
 
-    async def _job(self) -> JobView:
-        job = await self.queue.backend.job(self.id)
-        if job is None:
-            raise KeyError(f"no queued run {self.id!r}")
-        return job
+
+async def _ended_run(storage: StorageAdapter, run_id: str) -> RunRecord:
+    """A run whose job is gone (deleted `keep_finished_s` after it ended), as stored.
+    KeyError if it is not stored or not ended (then it never was a queued run)."""
+    record = await storage.get_run(run_id)
+    if record is None or record.status in ACTIVE_RUN_STATES:
+        raise KeyError(f"no queued run {run_id!r}")
+    return record
 
 
 def _final(record: RunRecord | None, job: JobView) -> RunRecord:

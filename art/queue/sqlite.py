@@ -393,6 +393,19 @@ class SQLiteQueue(QueueBackend):
 
         return await self._call(write)
 
+    async def delete_finished(self, older_than_s: float) -> int:
+        queue, cutoff = self.config.name, _ago(older_than_s)
+
+        def write(conn: sqlite3.Connection) -> int:
+            with _transaction(conn):
+                return conn.execute(
+                    "DELETE FROM queue_jobs WHERE queue = ? AND status NOT IN ('todo', 'doing')"
+                    " AND finished_at < ?",
+                    (queue, cutoff),
+                ).rowcount
+
+        return await self._call(write)
+
     async def abort_requested(self, worker_id: int) -> list[str]:
         def read(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
@@ -512,6 +525,7 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
                     return
                 await self._look_after_others()
                 await self._abort_requested()
+                await self.delete_finished()
             except Exception:
                 log.exception("queue heartbeat failed", worker_id=self.worker_id)
 

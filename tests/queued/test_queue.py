@@ -285,11 +285,47 @@ async def test_a_dead_workers_run_is_taken_over_from_its_stored_steps(tmp_path: 
     assert calls == [("first", 1), ("second", 1), ("second", 2)]  # s1 was not run again
 
 
+async def test_finished_jobs_are_deleted_and_their_runs_stay_readable(
+    storage_url: str, gate: Gate
+) -> None:
+    model = ScriptedModel(planning=gate_plan, synthesis="done")
+    queue = FAST | {"in_process": True, "keep_finished_s": 0.2}
+    inst = art.create_art_instance(
+        model=model.model, tools=[gate.tool], storage=storage_url, queue=queue
+    )
+    try:
+        gate.release.set()
+        handle = await inst.asubmit("first", "t1")
+        assert (await asyncio.wait_for(handle.result(), 10)).status == "completed"
+        backend = inst.queue.backend
+        for _ in range(200):  # the worker deletes it within keep_finished_s + heartbeat_s
+            if await backend.job(handle.id) is None:
+                break
+            await asyncio.sleep(0.05)
+        assert await backend.job(handle.id) is None
+        assert (await inst.queue.stats()).jobs == {}
+        # The handle, and one got again by id, read the run from storage.
+        assert await handle.astatus() == "completed"
+        again = await inst.queue.get(handle.id)
+        assert (again.thread_id, again.query) == ("t1", "first")
+        assert (await again).answer == "done" and not await again.acancel()
+        # Submitting its id again does not run it again.
+        assert (await (await inst.asubmit("first", "t1", {"run_id": handle.id}))).answer == "done"
+        assert gate.entered == ["first"]
+        with pytest.raises(KeyError):
+            await inst.queue.get("no-such-run")
+    finally:
+        await inst.aclose()
+        model.unregister()
+
+
 def test_queue_configuration_is_checked() -> None:
     with pytest.raises(ConfigurationError, match="at least twice heartbeat_s"):
         art.create_art_instance(model="m", storage="memory://", queue={"heartbeat_s": 6})
     with pytest.raises(ConfigurationError, match="queue"):
         art.create_art_instance(model="m", storage="memory://", queue={"concurrency": 0})
+    with pytest.raises(ConfigurationError, match="keep_finished_s"):
+        art.create_art_instance(model="m", storage="memory://", queue={"keep_finished_s": -1})
 
 
 async def test_a_storage_adapter_of_our_own_cannot_hold_a_queue() -> None:
