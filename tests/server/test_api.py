@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from openapi_spec_validator import validate
 
 from .conftest import APPROVAL_PLAN, GATE_PLAN, Server
 
@@ -257,6 +258,7 @@ def test_tools_are_listed_with_their_schemas_and_modes(server: Server) -> None:
 def test_the_openapi_document_describes_every_resource(server: Server) -> None:
     document = server.client().get("/openapi.json").json()
 
+    validate(document)  # against the OpenAPI 3.1 specification's schema
     assert document["openapi"].startswith("3.1")
     assert document["info"]["title"] == "art"
     operations = {
