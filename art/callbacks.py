@@ -260,8 +260,9 @@ class CallbackAdapter:
         if name == "session:start":
             await self._spin(ui, "Resuming" if data.get("continued") else "Planning")
         elif name == "tool:loop:before":
-            steps = data.get("steps") or 0
-            await self._spin(ui, f"Running {steps} step{'s' if steps != 1 else ''}")
+            steps = data.get("steps") or 0  # 0 while an eagerly run plan is still written
+            label = f"{steps} step{'s' if steps != 1 else ''}" if steps else "the steps"
+            await self._spin(ui, f"Running {label}")
         elif name == "session:end":
             del self._runs[run_id]
             await self._end(ui, context)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import art_side, langgraph_side, queued
+from benchmarks import art_side, eager, langgraph_side, queued
 from benchmarks.harness import Figure, Settings, in_rounds, median, percentile
 from benchmarks.workloads import (
     STEP_TOOL,
@@ -511,6 +511,7 @@ GROUP_FUNCTIONS: dict[str, FigureFn] = {
     "memory": memory,
     "startup": startup,
     "queue": queued.queue,
+    "eager": eager.eager,
 }
 
 

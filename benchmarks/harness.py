@@ -20,7 +20,9 @@ Comparison = Literal["<=", ">=", "=="]
 
 T = TypeVar("T")
 
-GROUPS = ("overhead", "parallel", "llm_cost", "throughput", "memory", "startup", "queue")
+GROUPS = (
+    "overhead", "parallel", "llm_cost", "throughput", "memory", "startup", "queue", "eager"
+)  # fmt: skip
 
 
 @dataclass
@@ -105,6 +107,11 @@ class Settings:
     queue_heartbeat_s: float = 2.0
     queue_stalled_after_s: float = 10.0
     queue_hold_s: float = 3.0
+    # eager execution: the plan's writing rate (word-sized tokens a second), measured runs
+    # per shape and mode, and a factor on every tool's sleep
+    eager_tokens_per_s: tuple[float, ...] = (50.0,)
+    eager_repeats: int = 3
+    eager_time_scale: float = 1.0
 
     @classmethod
     def quick_settings(cls, repeats: int | None = None) -> Settings:
@@ -132,6 +139,9 @@ class Settings:
             queue_heartbeat_s=0.2,
             queue_stalled_after_s=1.0,
             queue_hold_s=1.0,
+            eager_tokens_per_s=(400.0,),
+            eager_repeats=1,
+            eager_time_scale=0.1,
         )
 
 

@@ -52,6 +52,7 @@ def test_every_figure_is_measured_without_error(report: dict) -> None:
         "memory",
         "startup",
         "queue",
+        "eager",
     }
     for figure in report["figures"]:
         assert figure["error"] is None, figure
@@ -179,6 +180,24 @@ def test_queue_reports_runs_per_second_by_workers_and_the_take_over_time(report:
     assert take_over["details"]["runs_taken_over"] >= 1
     assert take_over["art"] > 0
     assert take_over["target"] == pytest.approx(2.2)  # stalled 1 s + heartbeat 0.2 + 1 s
+
+
+@pytest.mark.slow
+def test_eager_compares_three_shapes_with_the_whole_plan_and_the_physical_limit(
+    report: dict,
+) -> None:
+    figures = by_group(report)["eager"]
+    shapes = {f["workload"].split(",")[0] for f in figures}
+    assert shapes == {"independent", "long first", "chain"}
+    for figure in figures:
+        if figure["name"] == "wall ÷ physical limit":
+            assert figure["art"] >= 0.95  # no run beats the limit (a 5 % margin for timers)
+            assert figure["target"] == 1.05
+        elif figure["name"] == "last byte -> tool start (median)":
+            assert figure["details"]["steps_measured"] == 8
+            assert figure["details"]["max_ms"] >= figure["art"]
+    walls = {f["workload"]: f for f in figures if f["name"] == "wall, eager ÷ whole plan"}
+    assert walls["long first, 400 tokens/s"]["art"] < 1.0  # the long step overlapped
 
 
 @pytest.mark.slow

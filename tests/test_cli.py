@@ -144,6 +144,23 @@ def test_run_takes_the_runs_tools_system_context_and_metadata(invoke, scripted_m
     assert bad.exit_code == EXIT_USAGE and "KEY=VALUE" in bad.output
 
 
+def test_run_eager_streams_the_plan_and_shows_only_the_answer(invoke, scripted_model):
+    model = scripted_model(planning=PRODUCTS_PLAN, synthesis="The sum is 942.", tokens_per_s=2000)
+    common = ("--model", model.model, "--storage", "memory://")
+    result = invoke("run", "What is the sum?", *common, "--eager")
+    assert result.exit_code == EXIT_OK, result.output
+    assert re.search(r"✓ s3 calculator .*completed", result.stdout)
+    assert "The sum is 942." in result.stdout
+    assert '"steps"' not in result.stdout  # the streamed plan is not shown as the answer
+    assert model.calls_for("planning")[0].stream
+
+    document = _json(invoke("run", "What is the sum?", *common, "--eager", "--json"))
+    assert all(step["arrivedAt"] for step in document["steps"])
+    document = _json(invoke("run", "What is the sum?", *common, "--no-eager", "--json"))
+    assert not any(step.get("arrivedAt") for step in document["steps"])
+    assert not model.calls_for("planning")[-1].stream
+
+
 def test_run_failed_step_is_shown_and_the_run_is_partial(invoke, scripted_model):
     plan = {
         "title": "One bad step",

@@ -20,7 +20,7 @@ from typing import Any
 
 from art.llm import _litellm
 
-__all__ = ["Reply", "ScriptError", "ScriptedCall", "ScriptedModel", "replies"]
+__all__ = ["Reply", "ScriptError", "ScriptedCall", "ScriptedModel", "replies", "stream_pieces"]
 
 PHASES = ("planning", "step", "synthesis", "replan")
 _WORD = re.compile(r"\S+\s*|\s+")
@@ -42,6 +42,9 @@ class ScriptedCall:
     stream: bool
     params: dict[str, Any]
     reply: str | None = None
+    # time.perf_counter() when the reply began: a paced stream's chunks follow on a
+    # fixed schedule from here.
+    sent_from: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ def _as_text(reply: Any) -> str:
     if isinstance(reply, dict | list | int | float | bool) or reply is None:
         return json.dumps(reply, ensure_ascii=False, default=str)
     return str(reply)
+
+
+def stream_pieces(text: str) -> list[str]:
+    """The pieces a streamed reply is sent in: each word with its trailing whitespace."""
+    return _WORD.findall(text) or [""]
 
 
 def _word_count(text: str) -> int:
@@ -344,7 +352,7 @@ class ScriptedModel:
     def _chunks(
         self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
     ) -> list[dict[str, Any]]:
-        pieces = _WORD.findall(text) or [""]
+        pieces = stream_pieces(text)
         usage = self._usage(messages, text)
         last = len(pieces) - 1
         return [
@@ -363,7 +371,7 @@ class ScriptedModel:
         """How long a reply not streamed takes at `tokens_per_s` (0 without a rate)."""
         if not self.tokens_per_s:
             return 0.0
-        return len(_WORD.findall(text) or [""]) / self.tokens_per_s
+        return len(stream_pieces(text)) / self.tokens_per_s
 
     def _build_handler(self) -> Any:
         litellm = _litellm()
@@ -397,6 +405,7 @@ class ScriptedModel:
                     time.sleep(owner.latency_s)
                 settled = owner._settle(owner._pick(call), call)
                 delay, start = owner.chunk_delay_s, time.perf_counter()
+                call.sent_from = start
                 for index, chunk in enumerate(owner._chunks(messages, *settled), start=1):
                     if delay and (wait := start + index * delay - time.perf_counter()) > 0:
                         time.sleep(wait)
@@ -410,6 +419,7 @@ class ScriptedModel:
                     await asyncio.sleep(owner.latency_s)
                 settled = await owner._asettle(owner._pick(call), call)
                 delay, start = owner.chunk_delay_s, time.perf_counter()
+                call.sent_from = start
                 for index, chunk in enumerate(owner._chunks(messages, *settled), start=1):
                     if delay and (wait := start + index * delay - time.perf_counter()) > 0:
                         await asyncio.sleep(wait)
