@@ -24,6 +24,9 @@ _EXPORTS: dict[str, str] = {
     "submit": "art.api",
     "asubmit": "art.api",
     "check_for_suspended_state": "art.api",
+    "chat": "art.api",
+    "achat": "art.api",
+    "chat_stream": "art.api",
     "create_art_instance": "art.api",
     "configure": "art.api",
     "ArtInstance": "art.instance",
@@ -56,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "RunError": "art.responses",
     "TokenUsage": "art.usage",
     "SpanContext": "art.spans",
+    "ChatResponse": "art.chat_client",
+    "ChatStreamChunk": "art.chat_client",
     # events and callbacks
     "Event": "art.events",
     "EventContext": "art.events",
@@ -98,10 +103,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from art.api import (
+        achat,
         aplan,
         aprocess,
         aresume_execution,
         asubmit,
+        chat,
+        chat_stream,
         check_for_suspended_state,
         configure,
         create_art_instance,
@@ -111,6 +119,7 @@ if TYPE_CHECKING:
         submit,
     )
     from art.callbacks import AgentCallbacks
+    from art.chat_client import ChatResponse, ChatStreamChunk
     from art.config import (
         ArtInstanceConfig,
         BufferConfig,

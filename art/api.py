@@ -8,12 +8,13 @@ The default instance is built on first use from the environment (`ART_MODEL`,
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from art.instance import ArtInstance, create_art_instance
 
 if TYPE_CHECKING:
+    from art.chat_client import ChatMessages, ChatResponse, ChatStreamChunk
     from art.config import ArtInstanceConfig, ProcessOptions
     from art.plans import Plan
     from art.queue.runs import RunHandle
@@ -21,10 +22,13 @@ if TYPE_CHECKING:
     from art.suspension import Decision, SuspendedState
 
 __all__ = [
+    "achat",
     "aplan",
     "aprocess",
     "aresume_execution",
     "asubmit",
+    "chat",
+    "chat_stream",
     "check_for_suspended_state",
     "configure",
     "create_art_instance",
@@ -150,3 +154,54 @@ async def aresume_execution(
 def check_for_suspended_state(thread_id: str) -> SuspendedState | None:
     """The thread's suspended run and its pending suspensions, or None."""
     return default_instance().check_for_suspended_state(thread_id)
+
+
+def chat(
+    messages: ChatMessages,
+    *,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    llm_params: Mapping[str, Any] | None = None,
+    response_format: dict[str, Any] | None = None,
+) -> ChatResponse:
+    """One LLM call outside any run, through the default instance (see `ArtInstance.achat`)."""
+    return default_instance().chat(
+        messages,
+        model=model,
+        system_prompt=system_prompt,
+        llm_params=llm_params,
+        response_format=response_format,
+    )
+
+
+async def achat(
+    messages: ChatMessages,
+    *,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    llm_params: Mapping[str, Any] | None = None,
+    response_format: dict[str, Any] | None = None,
+) -> ChatResponse:
+    """Async `chat`."""
+    return await default_instance().achat(
+        messages,
+        model=model,
+        system_prompt=system_prompt,
+        llm_params=llm_params,
+        response_format=response_format,
+    )
+
+
+async def chat_stream(
+    messages: ChatMessages,
+    *,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    llm_params: Mapping[str, Any] | None = None,
+) -> AsyncIterator[ChatStreamChunk]:
+    """`achat`, streamed (see `ArtInstance.chat_stream`)."""
+    chunks = default_instance().chat_stream(
+        messages, model=model, system_prompt=system_prompt, llm_params=llm_params
+    )
+    async for chunk in chunks:
+        yield chunk

@@ -232,7 +232,8 @@ class CallbackAdapter:
         elif name == "message:before":
             await self._call("on_llm_start", span, data.get("model", ""), data.get("messages", []))
         elif name == "chunk:after":
-            await self._call("on_llm_stream", span, data.get("chunk", ""))
+            if data.get("chunk"):  # not a thinking chunk, nor the closing one with usage
+                await self._call("on_llm_stream", span, data["chunk"])
         elif name == "message:after":
             usage = data.get("usage")
             if isinstance(usage, dict):
@@ -273,8 +274,8 @@ class CallbackAdapter:
             await self._open_answer(ui)
         elif name == "chunk:after":
             await self._stop_spinner(ui)
-            if ui.answer is not None:
-                ui.answer.put(str(data.get("chunk", "")))
+            if ui.answer is not None and data.get("chunk"):
+                ui.answer.put(str(data["chunk"]))
         elif name == "message:after" and ui.answer is not None:
             ui.answer.end()
 

@@ -47,6 +47,7 @@ from art.suspension import Decision, SuspendedState, parse_decision
 
 if TYPE_CHECKING:
     from art.adapters.mcp.client import MCPClient
+    from art.chat_client import ChatMessages, ChatResponse, ChatStreamChunk
     from art.llm import LLMClient
     from art.planning import Planner
     from art.plans import Plan
@@ -244,6 +245,81 @@ class ArtInstance:
     def plan(self, query: str, thread_id: str | None = None) -> Plan:
         """Sync `aplan`."""
         return self._sync(self.aplan(query, thread_id))
+
+    async def achat(
+        self,
+        messages: ChatMessages,
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        llm_params: Mapping[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> ChatResponse:
+        """One LLM call outside any run (seed 002's `chat`): `messages` (a string is one
+        user message) to `model` (the instance's by default), with the instance's
+        llm_params, retries and time limits. Raises ModelError."""
+        from art.chat_client import achat
+
+        self._check_open()
+        model, sent = self._chat_call(messages, model, system_prompt)
+        return await achat(
+            self._llm_client(llm_params),
+            self.config.execution_config,
+            model,
+            sent,
+            response_format=response_format,
+        )
+
+    def chat(
+        self,
+        messages: ChatMessages,
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        llm_params: Mapping[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> ChatResponse:
+        """Sync `achat`."""
+        return self._sync(
+            self.achat(
+                messages,
+                model=model,
+                system_prompt=system_prompt,
+                llm_params=llm_params,
+                response_format=response_format,
+            )
+        )
+
+    async def chat_stream(
+        self,
+        messages: ChatMessages,
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        llm_params: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatStreamChunk]:
+        """`achat`, streamed: the reply's chunks as they arrive (`content` or `thinking`),
+        the last one `done` with the finish reason and usage. Raises ModelError."""
+        from art.chat_client import chat_stream
+
+        self._check_open()
+        model, sent = self._chat_call(messages, model, system_prompt)
+        chunks = chat_stream(
+            self._llm_client(llm_params), self.config.execution_config, model, sent
+        )
+        async for chunk in chunks:
+            yield chunk
+
+    def _chat_call(
+        self, messages: ChatMessages, model: str | None, system_prompt: str | None
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The model and messages of a chat call, the model's provider registered."""
+        from art.chat_client import chat_messages
+
+        model = model or self.model
+        if model.startswith("local/"):
+            import art.adapters.local  # noqa: F401 - registers the provider with litellm
+        return model, chat_messages(messages, system_prompt)
 
     async def aresume_execution(
         self,

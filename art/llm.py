@@ -24,7 +24,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode
@@ -34,11 +34,13 @@ from art.serialization import escape_unencodable
 from art.usage import TokenUsage
 
 if TYPE_CHECKING:
-    from art.config import BufferConfig
-    from art.context import RunContext
+    from art.config import BufferConfig, ExecutionConfig
+    from art.context import RunStats
+    from art.events import EventBus
     from art.spans import SpanContext
 
 __all__ = [
+    "CallScope",
     "Flush",
     "LLMClient",
     "LLMPhase",
@@ -53,7 +55,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-LLMPhase = Literal["planning", "step", "synthesis", "replan"]
+LLMPhase = Literal["planning", "step", "synthesis", "replan", "chat"]
 FlushReason = Literal["size", "time", "completion"]
 
 # llm_params keys art sets itself; a caller's value would break the call's bookkeeping.
@@ -91,6 +93,25 @@ class LLMResult:
     cost: float | None
     model: str
     finish_reason: str | None
+    # The provider's reasoning (`reasoning_content`), kept apart from the answer.
+    thinking: str | None = None
+
+
+class CallScope(Protocol):
+    """What an LLM call needs of the run it belongs to (a `RunContext`, or a chat call's)."""
+
+    @property
+    def thread_id(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def config(self) -> ExecutionConfig: ...
+    @property
+    def events(self) -> EventBus: ...
+    @property
+    def stats(self) -> RunStats: ...
 
 
 # -- streaming buffer (seed 004) ----------------------------------------------------------
@@ -441,7 +462,7 @@ class LLMClient:
 
     async def complete(
         self,
-        run: RunContext,
+        run: CallScope,
         *,
         phase: LLMPhase,
         model: str,
@@ -558,6 +579,7 @@ class LLMClient:
                 "cost": result.cost,
                 "duration_ms": (time.perf_counter() - started) * 1000.0,
                 "finish_reason": result.finish_reason,
+                "thinking": result.thinking,
             },
             thread_id=run.thread_id,
             run_id=run.run_id,
@@ -567,7 +589,7 @@ class LLMClient:
 
     def _call_kwargs(
         self,
-        run: RunContext,
+        run: CallScope,
         phase: LLMPhase,
         model: str,
         messages: list[dict[str, Any]],
@@ -614,11 +636,12 @@ class LLMClient:
             cost=_response_cost(litellm, response, model, usage),
             model=getattr(response, "model", None) or model,
             finish_reason=finish_reason,
+            thinking=_reasoning(message),
         )
 
     async def _stream(
         self,
-        run: RunContext,
+        run: CallScope,
         phase: LLMPhase,
         model: str,
         kwargs: dict[str, Any],
@@ -633,6 +656,7 @@ class LLMClient:
         chunk_events = any(run.events.wants(name) for name in _STREAM_EVENTS)
         buffer = StreamBuffer(run.config.buffer)
         parts: list[str] = []
+        thinking: list[str] = []
         usage_raw: Any = None
         finish_reason: str | None = None
         response_model: str | None = None
@@ -689,6 +713,22 @@ class LLMClient:
                     continue
                 finish_reason = getattr(choices[0], "finish_reason", None) or finish_reason
                 delta = getattr(choices[0], "delta", None)
+                reasoning = _reasoning(delta)
+                if reasoning:
+                    # Thinking is shown, never edited, and never part of the answer.
+                    thinking.append(reasoning)
+                    delivered = True
+                    await emit(
+                        "chunk:after",
+                        {
+                            "phase": phase,
+                            "chunk": "",
+                            "thinking": reasoning,
+                            "sequence": sequence,
+                            "done": False,
+                        },
+                    )
+                    sequence += 1
                 text = getattr(delta, "content", None) if delta is not None else None
                 if not text:
                     continue
@@ -712,7 +752,10 @@ class LLMClient:
                 if on_text is not None:
                     on_text(text)
                 await release(buffer.add(text))
-                await emit("chunk:after", {"phase": phase, "chunk": text, "sequence": sequence})
+                await emit(
+                    "chunk:after",
+                    {"phase": phase, "chunk": text, "sequence": sequence, "done": False},
+                )
                 sequence += 1
         except (HookVeto, asyncio.CancelledError):
             raise
@@ -731,13 +774,34 @@ class LLMClient:
             )
 
         usage = TokenUsage.from_provider(usage_raw)
+        # The last chunk event carries what only the stream's end knows (seed 002).
+        await emit(
+            "chunk:after",
+            {
+                "phase": phase,
+                "chunk": "",
+                "sequence": sequence,
+                "done": True,
+                "finish_reason": finish_reason,
+                "usage": usage.model_dump(),
+                "model": response_model or model,
+            },
+        )
         return LLMResult(
             content="".join(parts),
             usage=usage,
             cost=_tokens_cost(litellm, model, usage),
             model=response_model or model,
             finish_reason=finish_reason,
+            thinking="".join(thinking) or None,
         )
+
+
+def _reasoning(message: Any) -> str | None:
+    """The provider's reasoning text on a message or stream delta (litellm's
+    `reasoning_content`), or None."""
+    text = getattr(message, "reasoning_content", None) if message is not None else None
+    return escape_unencodable(text) if isinstance(text, str) and text else None
 
 
 def _provider_sent_no_finish_reason(response: Any) -> bool:

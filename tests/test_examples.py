@@ -111,6 +111,16 @@ def test_quickstart_as_written_falls_back_to_the_scripted_model_with_a_note(tmp_
 
 
 @pytest.mark.slow
+def test_chat(tmp_path):
+    out = _ok(run_example("chat.py", cwd=tmp_path))
+    assert "thinking: sqrt(1764) is 42, a whole number." in out  # reasoning_content
+    assert "answer:   Yes: 42 * 42 = 1764." in out
+    assert "usage:    15 tokens, finish stop" in out
+    assert "  thinking: sqrt(1764) is 42, a whole number.\n  answer: Yes: 42 * 42 = 1764." in out
+    assert "usage on the last chunk: 15 tokens" in out
+
+
+@pytest.mark.slow
 def test_custom_tool(tmp_path):
     out = _ok(run_example("custom_tool.py", cwd=tmp_path))
     assert "get_weather: {'city':" in out

@@ -199,8 +199,11 @@ async def test_streaming_emits_chunks_in_order_and_flushes_on_size(scripted_mode
     assert result.usage.completion_tokens == 5  # usage arrives through include_usage
     assert model.calls[0].stream is True
     chunks = [e.data for e in events if e.name == "chunk:after"]
-    assert [c["sequence"] for c in chunks] == [0, 1, 2, 3, 4]
+    assert [c["sequence"] for c in chunks] == [0, 1, 2, 3, 4, 5]
     assert "".join(c["chunk"] for c in chunks) == result.content
+    # The last chunk event closes the stream with its usage (seed 002).
+    assert chunks[-1]["done"] and chunks[-1]["chunk"] == ""
+    assert chunks[-1]["usage"] == result.usage.model_dump()
     flushes = [e.data for e in events if e.name == "buffer:flush"]
     assert [f["flush_reason"] for f in flushes] == ["size", "size", "completion"]
     assert [len(f["chunks"]) for f in flushes] == [2, 2, 1]

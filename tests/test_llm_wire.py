@@ -79,8 +79,11 @@ async def test_a_streamed_answer_arrives_chunk_by_chunk_with_usage(fake_provider
         "two ",
         "is ",
         "four",
+        "",  # the closing chunk, with the usage
     ]
     assert result.usage.completion_tokens == 5
+    assert events[-2].name == "chunk:after" and events[-2].data["done"]
+    assert events[-2].data["usage"] == result.usage.model_dump()
     assert fake_provider.requests[0].body["stream"] is True
 
 

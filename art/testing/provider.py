@@ -47,6 +47,8 @@ class Answer:
     `chunk_delay_s` waits before each streamed chunk; `cut_after_chunks` drops the
     connection after that many chunks, mid-body, as a failing network or server does;
     `stall_after_chunks` sends nothing more after that many (the connection stays open).
+    `reasoning` is the model's thinking, sent before the reply as the OpenAI-compatible
+    API's `reasoning_content` (as DeepSeek and vLLM send it).
     """
 
     content: str = "ok"
@@ -54,6 +56,7 @@ class Answer:
     chunk_delay_s: float = 0.0
     cut_after_chunks: int | None = None
     stall_after_chunks: int | None = None
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -437,7 +440,11 @@ def _complete(api: str, model: str, body: dict[str, Any], reply: Answer) -> dict
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.content},
+                "message": {
+                    "role": "assistant",
+                    "content": reply.content,
+                    **({"reasoning_content": reply.reasoning} if reply.reasoning else {}),
+                },
                 "finish_reason": reply.finish_reason,
             }
         ],
@@ -539,8 +546,17 @@ def _stream_events(
         }
         return _sse(payload)
 
+    thoughts = _words(reply.reasoning) if reply.reasoning else []
+    for index, word in enumerate(thoughts):
+        yield (
+            True,
+            chunk(
+                {"reasoning_content": word, **({"role": "assistant"} if index == 0 else {})}, None
+            ),
+        )
     for index, word in enumerate(words):
-        delta = {"content": word, **({"role": "assistant"} if index == 0 else {})}
+        first = index == 0 and not thoughts
+        delta = {"content": word, **({"role": "assistant"} if first else {})}
         yield True, chunk(delta, None)
     if reply.finish_reason is not None:
         yield False, chunk({}, reply.finish_reason)
