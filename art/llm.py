@@ -521,6 +521,8 @@ class LLMClient:
                     kwargs.pop("response_format")
                     attempt -= 1
                     continue
+                # INFO, not WARNING: the run reports the failure itself; logs show it on -v.
+                failure_log = log.bind(phase=phase, model=model, code=str(error.code))
                 config = run.config
                 delay = retry_delay_s(
                     attempt,
@@ -533,23 +535,10 @@ class LLMClient:
                     or attempt > config.llm_max_retries
                     or waited_s + delay > config.llm_retry_budget_s
                 ):
-                    log.info(
-                        "llm call failed",
-                        phase=phase,
-                        model=model,
-                        code=str(error.code),
-                        attempts=attempt,
-                    )
+                    failure_log.info("llm call failed", attempts=attempt)
                     raise error from None
                 waited_s += delay
-                log.info(
-                    "llm call retried",
-                    phase=phase,
-                    model=model,
-                    code=str(error.code),
-                    attempt=attempt,
-                    delay_s=round(delay, 3),
-                )
+                failure_log.info("llm call retried", attempt=attempt, delay_s=round(delay, 3))
                 await run.events.emit(
                     "error",
                     {

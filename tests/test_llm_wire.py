@@ -394,3 +394,14 @@ async def test_a_secret_llm_param_echoed_in_an_error_is_masked(fake_provider):
     assert fake_provider.requests[0].headers["x-auth-token"] == token
     assert token not in error.message and "***" in error.message
     assert token not in repr(llm)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(429, ModelErrorCode.RATE_LIMITED), (529, ModelErrorCode.PROVIDER_ERROR)],
+)
+async def test_anthropic_errors_map_to_codes_with_retry_after(fake_provider, status, code):
+    fake_provider.queue(HTTPStatus(status, {"retry-after": "7"}, message="busy"))
+    llm = LLMClient({"api_base": fake_provider.url, "api_key": "test-key"})
+    error = await failure(llm, run_for(llm_max_retries=0), model="anthropic/claude-test")
+    assert error.code == code and error.retryable and error.retry_after_s == 7
