@@ -150,6 +150,18 @@ async def test_cancel_a_waiting_run_and_a_running_one(inst: art.ArtInstance, gat
     assert statuses == ["failed", "failed"]
 
 
+async def test_a_waiting_run_is_stored_when_cancelled(inst: art.ArtInstance, gate: Gate) -> None:
+    first, second, third = [await inst.asubmit(tag, "t1") for tag in ("r0", "r1", "r2")]
+    await gate.wait_entered(1)
+    assert await third.acancel() is True
+    gate.release.set()
+    await asyncio.wait_for(second.result(), 10)
+    stored = [r.run_id for r in (await inst.aget_state("t1")).runs]
+    # r2 was stored when cancelled, before r1 started; the handles keep submission order.
+    assert stored == [first.id, third.id, second.id]
+    assert gate.entered == ["r0", "r1"]
+
+
 async def test_submitting_a_run_id_again_is_idempotent(inst: art.ArtInstance, gate: Gate) -> None:
     gate.release.set()
     first = await inst.asubmit("same", "t1", {"run_id": "order-42"})
