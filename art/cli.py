@@ -8,17 +8,18 @@ included), 1 error, 2 usage or configuration mistake, 3 suspended waiting for a 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
@@ -55,7 +56,8 @@ ModelOption = Annotated[
         "--model",
         "-m",
         metavar="MODEL",
-        help="litellm model name (default: $ART_MODEL), e.g. openai/gpt-4o-mini or local/smollm2.",
+        help="litellm model name (default: $ART_MODEL), e.g. openai/gpt-4o-mini or "
+        "local/smollm2; path/to/file.py:ATTR names a ScriptedModel defined in that file.",
         show_default=False,
     ),
 ]
@@ -155,14 +157,47 @@ class Output:
     json: bool
     console: Console = field(default_factory=lambda: make_console())
     errors: Console = field(default_factory=lambda: make_console(stderr=True))
+    # Under --json, the command's stdout while everything else printed goes to stderr.
+    json_stream: TextIO | None = None
 
     def emit_json(self, document: Any) -> None:
         from art.redaction import known_secrets
 
         document = known_secrets().mask(document)
         # Plain stdout: rich would wrap long lines and could add colour codes.
-        sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+        stream = self.json_stream or sys.stdout
+        stream.write(json.dumps(document, indent=2, default=str) + "\n")
+        stream.flush()
+
+
+@contextlib.contextmanager
+def _json_only_on_stdout(out: Output) -> Iterator[None]:
+    """Under --json, send whatever else is written to stdout (a tool's print(), a C
+    library's write(1, ...), litellm) to stderr, and keep stdout for the JSON document."""
+    real = sys.stdout
+    real.flush()
+    try:
+        fd: int | None = real.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None  # not a file (a test runner's buffer): redirect Python's writes only
+    saved: int | None = None
+    if fd is not None:
+        saved = os.dup(fd)
+        os.dup2(2, fd)
+        out.json_stream = os.fdopen(saved, "w", encoding="utf-8", closefd=False)
+    else:
+        out.json_stream = real
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
         sys.stdout.flush()
+        sys.stdout = real
+        out.json_stream.flush()
+        out.json_stream = None
+        if fd is not None and saved is not None:
+            os.dup2(saved, fd)
+            os.close(saved)
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -171,18 +206,37 @@ def make_console(*, stderr: bool = False) -> Console:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=_Masked(stream), highlight=False, soft_wrap=False)
+    if _is_terminal(stream) or os.environ.get("COLUMNS"):
+        return Console(file=_Masked(stream), highlight=False, soft_wrap=False)
+    # Piped or redirected: no terminal width to fit, so lines are not wrapped at 80.
+    return Console(
+        file=_Masked(stream, strip_trailing=True), highlight=False, soft_wrap=True, width=_PIPED
+    )
+
+
+# The width rich lays out piped output in: long enough that no line is wrapped.
+_PIPED = 1000
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 class _Masked:
     """A text stream that masks the keys art knows in what is written through it."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, *, strip_trailing: bool = False) -> None:
         self._stream = stream
+        self._strip = strip_trailing  # rich pads lines to the width; a pipe needs no padding
 
     def write(self, text: str) -> int:
         from art.redaction import known_secrets
 
+        if self._strip:
+            text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
         return self._stream.write(known_secrets().text(text))  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno...
@@ -400,7 +454,7 @@ def threads(
             table.add_row(
                 s.thread_id,
                 str(s.runs),
-                _status_text(s.last_status or "-"),
+                _status_text(_run_status(s.last_status) or "-"),
                 _when(s.updated_at),
                 _one_line(s.last_query or "", 60),
             )
@@ -635,7 +689,7 @@ async def _finish(
         from rich.markdown import Markdown
 
         console.print()
-        console.print(Markdown(response.content))
+        console.print(Markdown(response.content), width=_answer_width(console, response.content))
         console.print()
     for item in response.display:
         console.print(display_panel(item.tool_name, item.step_id, item.output))
@@ -648,6 +702,13 @@ async def _finish(
         )
     console.print(summary_line(response, view.thread_id))
     return _exit_code(response, view)
+
+
+def _answer_width(console: Console, content: str) -> int:
+    """The terminal's width; piped, the answer's longest line (headings are centred in it)."""
+    if console.width < _PIPED:
+        return console.width
+    return max(80, *(len(line) for line in content.splitlines() or [""]))
 
 
 def _exit_code(response: AgentFinalResponse, view: RunView) -> int:
@@ -783,8 +844,9 @@ def _build_instance(
 
     fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
     fields.update(provider or {})
+    model = model or os.environ.get("ART_MODEL")
     if model:
-        fields["model"] = model
+        fields["model"] = load_model(model)
     if storage:
         fields["storage"] = storage
     if mcp_config is not None:
@@ -850,6 +912,25 @@ def load_tools(specs: Iterable[str]) -> list[Any]:
     return tools
 
 
+def load_model(spec: str) -> str:
+    """The litellm model name `spec` stands for: `path/to/file.py:ATTR` names a model
+    object defined in that file (a `ScriptedModel`, or anything with a `model` name) or
+    a string; any other value is a litellm model name already."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target.endswith(".py"):
+        return spec
+    value = getattr(_import_target(target, spec, "--model"), attr, None)
+    name = value if isinstance(value, str) else getattr(value, "model", None)
+    if not isinstance(name, str):
+        raise CliError(
+            "CONFIG_ERROR",
+            f"--model {spec!r}: expected {attr!r} to be a model (a ScriptedModel) or a "
+            f"model name, got {type(value).__name__}",
+            EXIT_USAGE,
+        )
+    return name
+
+
 def load_instance(spec: str) -> ArtInstance:
     """The ArtInstance named by `module:attr` (an instance, or a function returning one)."""
     from art.instance import ArtInstance
@@ -870,10 +951,13 @@ def load_instance(spec: str) -> ArtInstance:
     return value
 
 
-def _import_target(target: str, spec: str) -> Any:
+def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
     try:
         if target.endswith(".py") or os.sep in target or "/" in target:
             path = Path(target).expanduser().resolve()
+            loaded = sys.modules.get(path.stem)
+            if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+                return loaded  # --tools and --model may name the same file: run it once
             module_spec = importlib.util.spec_from_file_location(path.stem, path)
             if module_spec is None or module_spec.loader is None or not path.is_file():
                 raise FileNotFoundError(f"no such file: {path}")
@@ -887,7 +971,7 @@ def _import_target(target: str, spec: str) -> Any:
         return importlib.import_module(target)
     except (ImportError, OSError) as exc:
         raise CliError(
-            "CONFIG_ERROR", f"--tools {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
+            "CONFIG_ERROR", f"{option} {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
         ) from exc
 
 
@@ -913,6 +997,13 @@ def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:
 # -- error handling ---------------------------------------------------------------------
 def _guard(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
     """Run a command's async body, turning failures into one readable line and an exit code."""
+    if out.json:
+        with _json_only_on_stdout(out):
+            return _guarded(out, body)
+    return _guarded(out, body)
+
+
+def _guarded(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
     import asyncio
 
     try:
@@ -932,7 +1023,8 @@ def _guard(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
             out.errors.print(f"[red bold]error[/] [red]{code}[/]: {_escape(message)}")
             problems = getattr(exc, "problems", None) or []
             for problem in problems:
-                out.errors.print(f"  • {_escape(str(problem))}")
+                if str(problem) not in message:  # a PlanError's message lists them already
+                    out.errors.print(f"  • {_escape(str(problem))}")
         return exit_code
 
 
@@ -1281,7 +1373,7 @@ def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableTy
     for run in runs:
         header.add_row(
             run.run_id[:12],
-            _status_text(run.status),
+            _status_text(_run_status(run.status) or "-"),
             _when(run.created_at),
             _one_line(run.query, 70),
         )
@@ -1314,7 +1406,7 @@ def _event_details(event: Any) -> Text:
         if data.get("reason"):
             text += f": {data['reason']}"
     elif name == "tool:update":
-        text = f"{data.get('tool')} {data.get('stage')}"
+        text = f"{data.get('step_id')} {data.get('tool')} {data.get('stage')}"
         if data.get("title"):
             text += f": {data['title']}"
     elif name in ("message:before", "message:after"):
@@ -1349,6 +1441,14 @@ def _event_details(event: Any) -> Text:
 
 
 # -- small helpers ----------------------------------------------------------------------
+# A stored run's status in the words a response uses (`success`, `error`).
+_RUN_STATUS_WORDS = {"completed": "success", "failed": "error"}
+
+
+def _run_status(status: str | None) -> str | None:
+    return _RUN_STATUS_WORDS.get(status or "", status)
+
+
 def _status_text(status: str) -> Text:
     from rich.text import Text
 

@@ -71,8 +71,11 @@ def _litellm() -> Any:
     import litellm
     from litellm.types.utils import Delta, Message, ModelResponseStream, StreamingChoices
 
+    from art.logging import adopt_litellm_loggers
+
     # litellm prints "Give Feedback / Get Help" banners to stdout on every provider error.
     litellm.suppress_debug_info = True
+    adopt_litellm_loggers()  # one handler, art's, when the application configured logging
     # litellm's response types build their pydantic schemas on first use and warn about
     # their own TypedDicts then; build them now, quietly, so that applications running
     # with warnings as errors (pytest's filterwarnings) do not fail on litellm's warning.

@@ -4,7 +4,9 @@ art's own modules log through `art._log.get_logger` (structlog in front of the s
 of the same name) and never configure anything: unconfigured, only warnings reach stderr.
 The application decides by calling `configure_logging` once. Records from the standard
 library's `logging` (litellm, httpx, ...) go through the same processors, so every line,
-whoever wrote it, is rendered the same way and passes the redaction processor.
+whoever wrote it, is rendered the same way and passes the redaction processor. litellm
+installs a handler of its own on its loggers when it is imported; once art's logging is
+configured that handler is taken off, so each litellm line is written once, by art's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-__all__ = ["JSON_ENV", "configure_logging", "redact_processor"]
+__all__ = ["JSON_ENV", "adopt_litellm_loggers", "configure_logging", "redact_processor"]
 
 JSON_ENV = "ART_LOG_JSON"
 _TRUE = {"1", "true", "yes", "on"}
@@ -28,6 +30,14 @@ def redact_processor(_logger: WrappedLogger, _method: str, event_dict: EventDict
     from art.redaction import redact
 
     return redact(event_dict)
+
+
+def _strip_message(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """A standard-library record's message without the blank lines around it (litellm
+    starts some with a newline)."""
+    if isinstance(event := event_dict.get("event"), str):
+        event_dict["event"] = event.strip()
+    return event_dict
 
 
 def _json_from_env() -> bool:
@@ -91,7 +101,7 @@ def configure_logging(
             colors=colors, exception_formatter=structlog.dev.plain_traceback
         )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
+        foreign_pre_chain=[*shared, _strip_message],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             # Tracebacks become text before redaction, so an exception message that
@@ -123,6 +133,33 @@ def configure_logging(
         wrapper_class=structlog.stdlib.BoundLogger,
         # Module-level loggers created before this call must see the new configuration.
         cache_logger_on_first_use=False,
+    )
+    if "litellm._logging" in sys.modules:  # imported already; otherwise art adopts it later
+        adopt_litellm_loggers()
+
+
+#: The loggers litellm writes to (it attaches its own stream handler to each on import).
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def adopt_litellm_loggers() -> None:
+    """Take litellm's own handlers off its loggers when `configure_logging` has run, so its
+    records reach art's handler once (litellm's writes plain text, some of it to stdout).
+
+    art calls this after importing litellm; without art's handler it does nothing."""
+    if not any(isinstance(h, _ArtHandler) for h in logging.getLogger().handlers):
+        return
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if _is_litellms(h)]:
+            logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def _is_litellms(handler: logging.Handler) -> bool:
+    litellm_logging = sys.modules.get("litellm._logging")
+    return type(handler).__module__.startswith("litellm") or handler is getattr(
+        litellm_logging, "handler", None
     )
 
 

@@ -866,7 +866,25 @@ class Planner:
                 ]
             if plan is not None and not problems:
                 return plan
-            log.info("plan rejected", phase=phase, attempt=attempt, problems=len(problems))
+            log.info("plan rejected", phase=phase, attempt=attempt, problems=problems)
+            log.debug("rejected plan reply", phase=phase, attempt=attempt, reply=result.content)
+            if attempt < attempts:  # the last rejection is the run's own PLAN_INVALID error
+                await run.events.emit(
+                    "error",
+                    {
+                        "source": "planning",
+                        "phase": phase,
+                        "code": "PLAN_INVALID",
+                        "message": f"plan rejected (attempt {attempt} of {attempts}); "
+                        f"asking for a repair: {'; '.join(problems[:5])}",
+                        "problems": problems,
+                        "attempt": attempt,
+                        "recoverable": True,
+                    },
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                    span=run.span,
+                )
             repair = repair_message(problems)
             if arrivals is not None and arrivals.taken:
                 repair = f"{repair}\n{arrivals.repair_note()}"

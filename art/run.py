@@ -194,6 +194,7 @@ class Run:
             self.execution = None
         await self.emit("session:end", session_end_data(response))
         await self.log.finish()
+        _log_summary(response)
         return response
 
     def cancel(self, reason: str) -> None:
@@ -329,6 +330,25 @@ async def open_resumed_run(
     # Atomic: of two concurrent decisions (other processes included) one succeeds.
     decided = await storage.decide_suspension(thread_id, suspension_id, _decision_data(decision))
     return record, decided, setup
+
+
+def _log_summary(response: AgentFinalResponse) -> None:
+    """One INFO line per finished run: what it did and cost (-v in the CLI shows it)."""
+    meta = response.metadata
+    steps = response.steps
+    log.info(
+        "run finished",
+        thread_id=meta.thread_id,
+        run_id=meta.run_id,
+        status=meta.status,
+        steps=len(steps),
+        steps_completed=sum(1 for s in steps if s.status == "completed"),
+        llm_calls=meta.llm_calls,
+        tool_calls=meta.tool_calls,
+        tokens=meta.usage.total_tokens,
+        duration_ms=round(meta.total_duration_ms, 1),
+        error=meta.error.code if meta.error is not None else None,
+    )
 
 
 def _check_remaining_tools(record: RunRecord, registry: ToolRegistry) -> None:

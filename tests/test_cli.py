@@ -433,7 +433,7 @@ def test_threads_and_show_read_the_stored_thread(invoke, scripted_model, db):
 
     listed = invoke("threads", "--storage", db)
     assert listed.exit_code == EXIT_OK
-    assert re.search(r"th +1 +completed .* sum\?", listed.stdout)
+    assert re.search(r"th +1 +success .* sum\?", listed.stdout)
     as_json = _json(invoke("threads", "--storage", db, "--json"))
     assert as_json[0]["thread_id"] == "th" and as_json[0]["runs"] == 1
 
