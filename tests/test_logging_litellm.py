@@ -67,6 +67,10 @@ def test_litellm_imported_after_configure_logging_is_adopted_on_import():
 
 @pytest.mark.usefixtures("litellm_handlers")
 def test_without_arts_configuration_litellms_handler_stays():
+    from art.logging import _ArtHandler
+
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if not isinstance(h, _ArtHandler)]
     _put_back_litellms_handler()
     import litellm._logging as litellm_logging
 
