@@ -319,3 +319,40 @@ async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_mode
     assert response.metadata.tool_calls >= 1
     assert response.metadata.llm_calls >= 2
     assert response.content.strip()
+
+
+# The same run with eager execution: the local model streams its plan (grammar-constrained
+# JSON, greedy), steps start from the stream, and the outcome is the whole-plan run's.
+@pytest.mark.slow
+async def test_eager_run_streams_the_local_model_plan_with_the_same_outcome(demo_model):
+    import art
+    from art.tools import Calculator
+
+    outcomes = []
+    for eager in (False, True):
+        planning_chunks: list[str] = []
+        instance = art.create_art_instance(
+            model=demo_model,
+            tools=[Calculator()],
+            storage="memory://",
+            llm_params={"temperature": 0, "seed": 0, "max_tokens": 192},
+        )
+        instance.on(
+            "chunk:after",
+            lambda data, context, seen=planning_chunks: (
+                seen.append(data["chunk"]) if data["phase"] == "planning" else None
+            ),
+        )
+        async with instance:
+            response = await instance.aprocess(
+                "Compute 17 * 23, then add 12 to the result.",
+                f"local-eager-{eager}",
+                options={"execution_config": {"eager_execution": eager}},
+            )
+        assert response.metadata.status == "success", response.metadata.error
+        assert (len(planning_chunks) > 10) is eager  # streamed token by token
+        assert all((s.arrived_at is not None) is eager for s in response.steps)
+        outcomes.append(
+            (response.plan.model_dump(), [(s.step_id, s.status, s.output) for s in response.steps])
+        )
+    assert outcomes[0] == outcomes[1]

@@ -210,14 +210,12 @@ class Recorder:
 def build(scripted_model):
     made: list[art.ArtInstance] = []
 
-    def factory(planning: Any, **model_fields: Any) -> tuple[art.ArtInstance, Recorder, Any]:
+    def factory(
+        planning: Any, storage: str = "memory://", **model_fields: Any
+    ) -> tuple[art.ArtInstance, Recorder, Any]:
         recorder = Recorder()
         model = scripted_model(planning=planning, **model_fields)
-        inst = art.create_art_instance(
-            model=model.model,
-            tools=[recorder.tool()],
-            storage=model_fields.pop("storage", None) or "memory://",
-        )
+        inst = art.create_art_instance(model=model.model, tools=[recorder.tool()], storage=storage)
         recorder.listen(inst)
         made.append(inst)
         return inst, recorder, model
@@ -336,8 +334,9 @@ async def test_a_plan_that_stays_invalid_fails_the_run_and_cancels_running_steps
 
 
 @pytest.mark.slow
-async def test_a_run_killed_mid_stream_reuses_its_finished_steps(build):
-    inst, recorder, _ = build(PLAN, tokens_per_s=1000, synthesis="done")
+async def test_a_run_killed_mid_stream_reuses_its_finished_steps(build, tmp_path):
+    storage_url = f"sqlite:///{tmp_path / 'art.db'}"
+    inst, recorder, _ = build(PLAN, storage=storage_url, tokens_per_s=1000, synthesis="done")
     storage = inst.storage
     await storage.open()
     # What a killed process leaves: no plan stored yet, s1 finished, s2 in progress.
@@ -379,3 +378,43 @@ async def test_a_suspension_mid_stream_waits_for_the_whole_plan(scripted_model):
         stored = (await inst.aget_state("t")).runs[-1]
         assert stored.plan is not None and len(stored.plan.steps) == 5  # stored whole
         assert recorder.calls == []  # no step starts once one is suspended
+
+
+def _refuse_negative(data: dict[str, Any], context: Any) -> None:
+    if data["args"].get("ms", 0) < 0:
+        raise ValueError("negative sleep")  # a veto: the step fails
+
+
+@pytest.mark.slow
+async def test_a_failing_step_under_fail_stops_the_run_without_waiting_for_the_plan(build):
+    plan = _plan(_step("s1", -1), *(_step(f"s{i}", 5) for i in range(2, 40)))
+    inst, recorder, model = build(plan, tokens_per_s=100)  # the reply takes ~6 s
+    inst.on("tool:before", _refuse_negative)
+    options = {"execution_config": {"eager_execution": True, "on_step_failure": "fail"}}
+    started = time.perf_counter()
+    response = await asyncio.wait_for(inst.aprocess("q", "t", options=options), GUARD_S)
+    assert time.perf_counter() - started < 3.0  # the rest of the plan was not awaited
+    assert response.status == "error"
+    assert response.metadata.error.code == "STEP_FAILED"
+    assert response.steps[0].status == "failed"
+    assert recorder.calls == []
+    assert [c.phase for c in model.calls] == ["planning"]
+
+
+@pytest.mark.slow
+async def test_a_failing_step_under_replan_replans_once_the_plan_is_complete(build):
+    first = _plan(_step("s1", -1), _step("s2", 5), _step("s3", "{{s2.output}}", "s2"))
+    events: list[str] = []
+    inst, recorder, model = build(first, tokens_per_s=1000, replan=_plan(_step("s4", 7)))
+    inst.on("tool:before", _refuse_negative)
+    inst.on("plan:created", lambda data, context: events.append("plan:created"))
+    inst.on("plan:updated", lambda data, context: events.append("plan:updated"))
+    options = {"execution_config": {"eager_execution": True, "on_step_failure": "replan"}}
+    response = await asyncio.wait_for(inst.aprocess("q", "t", options=options), GUARD_S)
+    assert events == ["plan:created", "plan:updated"]
+    assert response.status == "success"
+    # As with a whole plan, no step starts after the failure: s2 and s3 came later.
+    assert recorder.calls == ["s4"]
+    replan = model.calls_for("replan")[0].messages[-1]["content"]
+    assert "s1" in replan and "s3" in replan  # the whole streamed plan was known
+    assert [s.id for s in response.plan.steps] == ["s4"]
