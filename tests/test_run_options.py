@@ -216,6 +216,35 @@ async def test_a_continued_run_keeps_its_system_context_and_metadata(make, scrip
     assert resp.response.message_id == crashed.message_id
 
 
+async def test_resume_execution_takes_the_calls_tools_and_metadata(make):
+    class Ask(art.IToolExecutor):
+        schema = art.ToolSchema(name="ask", description="Ask.", execution_mode="blocking")
+
+        async def execute(self, input, context):
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="ask", status="suspended", output="ok?"
+            )
+
+    plan = {
+        "steps": [
+            {"id": "s1", "tool": "ask"},
+            {"id": "s2", "tool": "add", "args": {"a": 1, "b": 2}, "dependsOn": ["s1"]},
+        ]
+    }
+    inst, model = make(plan=plan, tools=[Ask()])
+    options = {"tools": ["*", Add()], "system_context": {"locale": "fr"}}
+    waiting = await inst.aprocess("go", "t", {**options, "metadata": {"tenant": "acme"}})
+    assert waiting.status == "suspended"
+    add = Add()  # a call's tools are objects: the resuming call brings its own
+    resp = await inst.aresume_execution(
+        "t", waiting.metadata.suspension_id, True, {"tools": ["*", add], "metadata": {"v": 2}}
+    )
+    assert resp.status == "success" and resp.steps[1].output == 3
+    assert [context.extra for context in add.contexts] == [{"v": 2}]
+    # The run's system context is the one it started with.
+    assert "- locale: fr" in model.calls_for("synthesis")[0].messages[0]["content"]
+
+
 # -- run:before ---------------------------------------------------------------------------
 
 

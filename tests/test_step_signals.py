@@ -30,11 +30,14 @@ class HelpMe(art.IToolExecutor):
 
     schema = art.ToolSchema(name="help_me", description="Needs help.")
 
+    def __init__(self, status: str = "error") -> None:
+        self.status = status
+
     async def execute(self, input, context):
         return art.ToolResult(
             call_id=context.call_id,
             tool_name="help_me",
-            status="error",
+            status=self.status,
             error="the text is too long for me",
             output={"prompt": "Summarize: a long text"},
             metadata={"error_code": "LLM_ASSIST_REQUIRED"},
@@ -159,8 +162,9 @@ class _ToolStarts(art.AgentCallbacks):
         self.started.append(tool_name)
 
 
-async def test_llm_assist_required_in_error_code_is_honoured(make):
-    inst, model, _events = make({"steps": [{"id": "s1", "tool": "help_me"}]}, [HelpMe()])
+@pytest.mark.parametrize("status", ["error", "success"])
+async def test_llm_assist_required_in_error_code_is_honoured(make, status):
+    inst, model, _events = make({"steps": [{"id": "s1", "tool": "help_me"}]}, [HelpMe(status)])
     resp = await inst.aprocess("go", "t")
     record = resp.steps[0]
     assert record.status == "completed" and record.output == "reasoned"

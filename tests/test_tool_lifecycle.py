@@ -225,3 +225,34 @@ async def test_a_sync_call_cancelled_in_its_thread_ends(run):
     assert release.wait(GUARD_S)  # the thread saw the cancellation
     lifecycle(events, recorder)
     assert recorder.ended[0].error_code == "CANCELLED"
+
+
+async def test_a_call_run_on_approval_is_an_execution_with_its_own_start_and_end(run):
+    class Pay(art.IToolExecutor):
+        schema = art.ToolSchema(
+            name="pay",
+            description="Pay once approved.",
+            execution_mode="blocking",
+            input_schema={"type": "object", "properties": {"amount": {"type": "number"}}},
+            blocking_config={"run_on_approval": True},
+        )
+
+        async def execute(self, input, context):
+            if context.decision is None:
+                return art.ToolResult(
+                    call_id=context.call_id, tool_name="pay", status="suspended", output="ok?"
+                )
+            return art.ToolResult(
+                call_id=context.call_id, tool_name="pay", status="success", output=input["amount"]
+            )
+
+    steps = {"steps": [{"id": "s1", "tool": "pay", "args": {"amount": 5}}]}
+    inst, _tool, events, recorder = run(steps, tools=[Pay()])
+    waiting = await inst.aprocess("go", "t")
+    decision = {"approved": True, "modified_args": {"amount": 3}}
+    done = await inst.aresume_execution("t", waiting.metadata.suspension_id, decision)
+    assert done.status == "success" and done.steps[0].output == 3
+    stages = lifecycle(events, recorder)
+    assert len(stages) == 2  # the suspending call and the approved one
+    ends = [e.data for e in events if e.name == "tool:update" and e.data["stage"] == "end"]
+    assert [(e["status"], e["result"]) for e in ends] == [("suspended", "ok?"), ("success", 3)]
