@@ -6,6 +6,7 @@ Every call is litellm's real client against art.testing.FakeProvider on 127.0.0.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -208,12 +209,15 @@ async def test_a_stream_cut_off_after_chunks_raises_after_them_without_a_retry(f
 
 
 async def test_leaving_a_stream_early_ends_the_call(fake_provider):
-    fake_provider.queue(Answer("one two three four", chunk_delay_s=0.05))
+    fake_provider.queue(Answer("one two three four", chunk_delay_s=0.5))
     async with instance(fake_provider) as inst:
         async for chunk in inst.chat_stream("hello"):
             assert chunk.content == "one "
             break
-        # The instance is usable at once: nothing of the abandoned call is left waiting.
+        # The abandoned call's task is cancelled, long before its stream would have ended.
+        async with asyncio.timeout(1):
+            while [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+                await asyncio.sleep(0.01)
         fake_provider.queue(Answer("next"))
         assert (await inst.achat("again")).content == "next"
 
