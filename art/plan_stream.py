@@ -113,6 +113,7 @@ class StepStreamReader:
         trimmed = candidate.rstrip()
         if trimmed.endswith(","):
             trimmed = trimmed[:-1].rstrip()
+        attempts: tuple[str, ...]
         if trimmed.endswith("}"):
             attempts = (trimmed + "]" + self._closing, trimmed)
         elif trimmed.endswith("]"):

@@ -743,18 +743,8 @@ class Planner:
         self, run: RunContext, query: str, history: Sequence[ConversationMessage] = ()
     ) -> Plan:
         """A valid plan for `query`; raises PlanError (or ModelError from the provider)."""
-
-        def render(compact: bool) -> list[dict[str, Any]]:
-            return render_planning_messages(
-                query,
-                self.registry,
-                history,
-                self.persona,
-                compact=compact,
-                context=run.system_context,
-            )
-
-        return await self._plan_and_repair(run, "planning", self._fit(render), frozenset())
+        messages = self._planning_messages(run, query, history)
+        return await self._plan_and_repair(run, "planning", messages, frozenset())
 
     async def plan_streamed(
         self,
@@ -765,7 +755,12 @@ class Planner:
     ) -> Plan:
         """As `plan`, streaming the reply: each step is handed to `arrivals` as soon as
         its JSON object is complete and valid, and repairs keep the steps handed on."""
+        messages = self._planning_messages(run, query, history)
+        return await self._plan_and_repair(run, "planning", messages, frozenset(), arrivals)
 
+    def _planning_messages(
+        self, run: RunContext, query: str, history: Sequence[ConversationMessage]
+    ) -> list[dict[str, Any]]:
         def render(compact: bool) -> list[dict[str, Any]]:
             return render_planning_messages(
                 query,
@@ -776,8 +771,7 @@ class Planner:
                 context=run.system_context,
             )
 
-        messages = self._fit(render)
-        return await self._plan_and_repair(run, "planning", messages, frozenset(), arrivals)
+        return self._fit(render)
 
     async def replan(
         self,

@@ -418,3 +418,60 @@ async def test_a_failing_step_under_replan_replans_once_the_plan_is_complete(bui
     replan = model.calls_for("replan")[0].messages[-1]["content"]
     assert "s1" in replan and "s3" in replan  # the whole streamed plan was known
     assert [s.id for s in response.plan.steps] == ["s4"]
+
+
+def _flaky_and_stuck() -> list[Any]:
+    """A tool that fails once per step with a connection error, and one that hangs."""
+    failed_once: set[str] = set()
+
+    @art.tool(name="flaky")
+    async def flaky(context: art.ExecutionContext, value: int) -> int:
+        """Fails once per step with a connection error, then returns `value`."""
+        if context.step_id not in failed_once:
+            failed_once.add(str(context.step_id))
+            raise ConnectionError("try again")
+        return value
+
+    @art.tool(name="stuck")
+    async def stuck() -> int:
+        """Never answers in time."""
+        await asyncio.sleep(10)
+        return 0
+
+    return [flaky, stuck]
+
+
+@pytest.mark.slow
+async def test_retries_timeouts_and_display_tools_behave_as_with_a_whole_plan(scripted_model):
+    from art.tools.show import Show
+
+    plan = _plan(
+        {"id": "s1", "tool": "flaky", "args": {"value": 3}, "dependsOn": []},
+        {"id": "s2", "tool": "stuck", "args": {}, "dependsOn": []},
+        {"id": "s3", "tool": "show", "args": {"title": "Value", "markdown": "v={{s1.output}}"},
+         "dependsOn": ["s1"]},
+        {"id": "s4", "tool": "flaky", "args": {"value": "{{s2.output}}"}, "dependsOn": ["s2"]},
+    )  # fmt: skip
+    config = {"step_timeout_s": 0.2, "step_max_retries": 1, "retry_backoff_s": 0}
+    outcomes = []
+    for eager in (False, True):
+        model = scripted_model(planning=plan, synthesis="done", tokens_per_s=500)
+        async with art.create_art_instance(
+            model=model.model, tools=[*_flaky_and_stuck(), Show()], storage="memory://"
+        ) as inst:
+            options = {"execution_config": {**config, "eager_execution": eager}}
+            response = await asyncio.wait_for(inst.aprocess("q", "t", options=options), GUARD_S)
+        outcomes.append(
+            (
+                response.status,
+                [(r.step_id, r.status, r.attempts, r.output) for r in response.steps],
+                [(d.step_id, d.output) for d in response.display],
+            )
+        )
+    assert outcomes[0] == outcomes[1]
+    status, records, display = outcomes[1]
+    assert status == "partial"
+    assert records[0] == ("s1", "completed", 2, 3)  # retried after the connection error
+    assert records[1][:3] == ("s2", "failed", 2)  # timed out twice
+    assert records[3][1] == "skipped"  # s2 failed
+    assert [step_id for step_id, _ in display] == ["s3"]
