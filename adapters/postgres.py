@@ -145,6 +145,14 @@ _SELECT_RUNS = """
 """
 
 
+async def fetch_value(cursor: psycopg.AsyncCursor[Any]) -> Any:
+    """The first column of the row a query that always returns one row gave."""
+    row = await cursor.fetchone()
+    if row is None:
+        raise StorageError("the database returned no row where one always comes back")
+    return row[0]
+
+
 async def migrate(conn: psycopg.AsyncConnection[Any], target: int = SCHEMA_VERSION) -> int:
     """Bring the database to `target`; return the version found. Safe to run concurrently."""
     async with conn.transaction():
@@ -154,7 +162,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any], target: int = SCHEMA_VERSI
             " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
         cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-        found = (await cursor.fetchone())[0]  # type: ignore[index]
+        found: int = await fetch_value(cursor)
         if found > SCHEMA_VERSION:
             raise ConfigurationError(
                 f"the database schema is version {found}, newer than this art understands "
@@ -162,7 +170,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any], target: int = SCHEMA_VERSI
             )
         for version in range(found + 1, target + 1):
             for statement in _split_sql(MIGRATIONS[version - 1]):
-                await conn.execute(statement)  # type: ignore[arg-type]
+                await conn.execute(statement)
             await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
     return found
 
@@ -293,7 +301,8 @@ class PostgresStorage(StorageAdapter):
     async def schema_version(self) -> int:
         async with self._connection() as conn:
             cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-            return (await cursor.fetchone())[0]  # type: ignore[index]
+            version: int = await fetch_value(cursor)
+            return version
 
     # -- runs ---------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> None:
@@ -324,7 +333,7 @@ class PostgresStorage(StorageAdapter):
 
     async def _select_runs(self, where: str, args: Sequence[Any]) -> list[RunRecord]:
         async with self._connection() as conn:
-            cursor = await conn.execute(_SELECT_RUNS + where, args)  # type: ignore[arg-type]
+            cursor = await conn.execute(_SELECT_RUNS + where, args)
             return [_load_run(data, steps) for data, steps in await cursor.fetchall()]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -405,7 +414,7 @@ class PostgresStorage(StorageAdapter):
         async with self._connection() as conn:
             cursor = await conn.execute(
                 "SELECT data::text, decision::text, decided_at FROM suspensions"
-                f" WHERE thread_id = %s{pending} ORDER BY seq",  # type: ignore[arg-type]
+                f" WHERE thread_id = %s{pending} ORDER BY seq",
                 (thread_id,),
             )
             return [_load_suspension(*row) for row in await cursor.fetchall()]
@@ -512,7 +521,8 @@ class PostgresStorage(StorageAdapter):
         limit: int | None = None,
         after_seq: int | None = None,
     ) -> list[StoredEvent]:
-        where, args = ["thread_id = %s"], [thread_id]
+        where = ["thread_id = %s"]
+        args: list[Any] = [thread_id]
         if after_seq is not None:
             where.append("seq > %s")
             args.append(after_seq)
@@ -533,7 +543,7 @@ class PostgresStorage(StorageAdapter):
             sql += " LIMIT %s"
             args.append(max(limit, 0))
         async with self._connection() as conn:
-            cursor = await conn.execute(sql, args)  # type: ignore[arg-type]
+            cursor = await conn.execute(sql, args)
             rows = await cursor.fetchall()
         found = []
         for seq, data in rows:
@@ -595,7 +605,7 @@ class PostgresStorage(StorageAdapter):
                 cursor = await conn.execute(
                     "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (thread_id,)
                 )
-                acquired = (await cursor.fetchone())[0]  # type: ignore[index]
+                acquired = await fetch_value(cursor)
             if not acquired:
                 raise ThreadBusyError(thread_id)
             try:
@@ -663,4 +673,4 @@ def _redact(url: str) -> str:
         return "<conninfo>"
     if "password" in params:
         params["password"] = "***"
-    return make_conninfo(**params)
+    return make_conninfo("", **params)

@@ -149,7 +149,7 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
             "CREATE TABLE IF NOT EXISTS schema_version"
             " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
         )
-        found = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+        found = schema_version(conn)
         if found > SCHEMA_VERSION:
             raise ConfigurationError(
                 f"the database schema is version {found}, newer than this art understands "
@@ -175,7 +175,10 @@ def _split_sql(script: str) -> list[str]:
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+    version: int = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[
+        0
+    ]
+    return version
 
 
 def storage_error(path: Path, exc: BaseException) -> StorageError:
@@ -374,27 +377,26 @@ class _InlineWriter:
         self.lock = threading.Lock()
         self.commits = 0
 
-    def try_write(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
-        """(True, result) once committed; (False, None) when the worker must do it."""
+    def try_write(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[T] | None:
+        """(result,) once committed; None when the worker must do it."""
         if not self.lock.acquire(blocking=False):
-            return False, None
+            return None
         try:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:  # another process is writing
-                return False, None
+                return None
             try:
                 result = fn(self.conn)
                 if isinstance(result, sqlite3.Cursor):  # other threads share this connection
                     result.close()
-                    result = None
                 self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
             self.commits += 1
-            return True, result
+            return (result,)
         finally:
             self.lock.release()
 
@@ -518,10 +520,10 @@ class SQLiteStorage(StorageAdapter):
         inline = self._inline
         if inline is not None:
             with self._errors_named():
-                done, result = inline.try_write(fn)
-            if done:
+                written = inline.try_write(fn)
+            if written is not None:
                 self._after_inline_commit(inline)
-                return result  # type: ignore[return-value]
+                return written[0]
         return await self._call(fn, write=True)
 
     @contextlib.contextmanager
@@ -635,11 +637,12 @@ class SQLiteStorage(StorageAdapter):
         args = (run_id, record.step_id, dump_json(record))
         inline = self._inline
         try:
-            with self._errors_named():
-                written = inline is not None and inline.try_statement(_SAVE_STEP, args)
-            if written:
-                self._after_inline_commit(inline)  # type: ignore[arg-type]
-                return
+            if inline is not None:
+                with self._errors_named():
+                    written = inline.try_statement(_SAVE_STEP, args)
+                if written:
+                    self._after_inline_commit(inline)
+                    return
             await self._call(lambda conn: _execute(conn, _SAVE_STEP, args), write=True)
         except sqlite3.IntegrityError as exc:  # the foreign key: no such run
             raise KeyError(f"no run {run_id!r}") from exc
@@ -801,7 +804,8 @@ class SQLiteStorage(StorageAdapter):
         limit: int | None = None,
         after_seq: int | None = None,
     ) -> list[StoredEvent]:
-        where, args = ["thread_id = ?"], [thread_id]
+        where = ["thread_id = ?"]
+        args: list[Any] = [thread_id]
         if after_seq is not None:
             where.append("seq > ?")
             args.append(after_seq)

@@ -102,62 +102,65 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from art.api import (
-        achat,
-        aplan,
-        aprocess,
-        aresume_execution,
-        asubmit,
-        chat,
-        chat_stream,
-        check_for_suspended_state,
-        configure,
-        create_art_instance,
-        plan,
-        process,
-        resume_execution,
-        submit,
-    )
-    from art.callbacks import AgentCallbacks
-    from art.chat_client import ChatResponse, ChatStreamChunk
-    from art.config import (
-        ArtInstanceConfig,
-        BufferConfig,
-        ExecutionConfig,
-        Persona,
-        ProcessOptions,
-        QueueConfig,
-    )
-    from art.errors import (
-        ArtError,
-        ConfigurationError,
-        ModelError,
-        ModelErrorCode,
-        PlanError,
-        ResponseError,
-        RunErrorCode,
-        StorageError,
-        SuspensionError,
-        ThreadBusyError,
-        ToolErrorCode,
-        ToolRegistrationError,
-    )
-    from art.events import Event, EventContext, HookVeto
-    from art.function_tools import tool
-    from art.instance import ArtInstance
-    from art.plans import Plan, Step
-    from art.queue.runs import RunHandle
-    from art.registry import ToolRegistry
-    from art.responses import (
-        AgentFinalResponse,
-        ConversationMessage,
-        DisplayOutput,
-        ExecutionMetadata,
-        RunError,
-        StepRecord,
-    )
-    from art.serialization import safe_stringify
-    from art.spans import SpanContext
-    from art.state import RunRecord, StorageAdapter, Suspension
-    from art.tooling import ExecutionContext, IToolExecutor, ToolExample, ToolResult, ToolSchema
-    from art.usage import TokenUsage
+    # `name as name`: re-exported for type checkers (mypy --strict reads no dynamic __all__)
+    from art.api import achat as achat
+    from art.api import aplan as aplan
+    from art.api import aprocess as aprocess
+    from art.api import aresume_execution as aresume_execution
+    from art.api import asubmit as asubmit
+    from art.api import chat as chat
+    from art.api import chat_stream as chat_stream
+    from art.api import check_for_suspended_state as check_for_suspended_state
+    from art.api import configure as configure
+    from art.api import create_art_instance as create_art_instance
+    from art.api import plan as plan
+    from art.api import process as process
+    from art.api import resume_execution as resume_execution
+    from art.api import submit as submit
+    from art.callbacks import AgentCallbacks as AgentCallbacks
+    from art.chat_client import ChatResponse as ChatResponse
+    from art.chat_client import ChatStreamChunk as ChatStreamChunk
+    from art.config import ArtInstanceConfig as ArtInstanceConfig
+    from art.config import BufferConfig as BufferConfig
+    from art.config import ExecutionConfig as ExecutionConfig
+    from art.config import Persona as Persona
+    from art.config import ProcessOptions as ProcessOptions
+    from art.config import QueueConfig as QueueConfig
+    from art.errors import ArtError as ArtError
+    from art.errors import ConfigurationError as ConfigurationError
+    from art.errors import ModelError as ModelError
+    from art.errors import ModelErrorCode as ModelErrorCode
+    from art.errors import PlanError as PlanError
+    from art.errors import ResponseError as ResponseError
+    from art.errors import RunErrorCode as RunErrorCode
+    from art.errors import StorageError as StorageError
+    from art.errors import SuspensionError as SuspensionError
+    from art.errors import ThreadBusyError as ThreadBusyError
+    from art.errors import ToolErrorCode as ToolErrorCode
+    from art.errors import ToolRegistrationError as ToolRegistrationError
+    from art.events import Event as Event
+    from art.events import EventContext as EventContext
+    from art.events import HookVeto as HookVeto
+    from art.function_tools import tool as tool
+    from art.instance import ArtInstance as ArtInstance
+    from art.plans import Plan as Plan
+    from art.plans import Step as Step
+    from art.queue.runs import RunHandle as RunHandle
+    from art.registry import ToolRegistry as ToolRegistry
+    from art.responses import AgentFinalResponse as AgentFinalResponse
+    from art.responses import ConversationMessage as ConversationMessage
+    from art.responses import DisplayOutput as DisplayOutput
+    from art.responses import ExecutionMetadata as ExecutionMetadata
+    from art.responses import RunError as RunError
+    from art.responses import StepRecord as StepRecord
+    from art.serialization import safe_stringify as safe_stringify
+    from art.spans import SpanContext as SpanContext
+    from art.state import RunRecord as RunRecord
+    from art.state import StorageAdapter as StorageAdapter
+    from art.state import Suspension as Suspension
+    from art.tooling import ExecutionContext as ExecutionContext
+    from art.tooling import IToolExecutor as IToolExecutor
+    from art.tooling import ToolExample as ToolExample
+    from art.tooling import ToolResult as ToolResult
+    from art.tooling import ToolSchema as ToolSchema
+    from art.usage import TokenUsage as TokenUsage

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 import structlog
-from structlog.typing import EventDict, WrappedLogger
+from structlog.typing import EventDict, Processor, WrappedLogger
 
 
 def _redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
@@ -20,7 +20,7 @@ def _redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> Even
     return redact(event_dict)
 
 
-_PROCESSORS = [
+_PROCESSORS: list[Processor] = [
     structlog.stdlib.filter_by_level,
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
@@ -34,8 +34,9 @@ _PROCESSORS = [
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     """A structlog logger for `name` whose records go to the stdlib logger of that name."""
-    return structlog.wrap_logger(
+    logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
         logging.getLogger(name),
         processors=_PROCESSORS,
         wrapper_class=structlog.stdlib.BoundLogger,
     )
+    return logger

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -19,7 +20,7 @@ class ArtModel(BaseModel):
         serialize_by_alias=False,
     )
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         """The camelCase JSON form (what travels to storage, events and other languages)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -49,10 +50,16 @@ def trusted(
     return model
 
 
-# The slots pydantic keeps beside `__dict__`, written directly (its __setattr__ validates),
-# through their descriptors' setters bound once (a lookup less per write, five models a step).
+# The slots pydantic keeps beside `__dict__`, written through their descriptors because
+# pydantic's __setattr__ validates.
 _new = BaseModel.__new__  # object's: pydantic models do not define one
 _set_dict = object.__setattr__
-_set_fields_set = BaseModel.__pydantic_fields_set__.__set__  # type: ignore[attr-defined]
-_set_extra = BaseModel.__pydantic_extra__.__set__  # type: ignore[attr-defined]
-_set_private = BaseModel.__pydantic_private__.__set__  # type: ignore[attr-defined]
+_set_fields_set: Callable[[BaseModel, set[str]], None] = vars(BaseModel)[
+    "__pydantic_fields_set__"
+].__set__
+_set_extra: Callable[[BaseModel, dict[str, Any] | None], None] = vars(BaseModel)[
+    "__pydantic_extra__"
+].__set__
+_set_private: Callable[[BaseModel, dict[str, Any] | None], None] = vars(BaseModel)[
+    "__pydantic_private__"
+].__set__

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 
 import typer
 
@@ -207,10 +207,13 @@ def make_console(*, stderr: bool = False) -> Console:
 
     stream = sys.stderr if stderr else sys.stdout
     if _is_terminal(stream) or os.environ.get("COLUMNS"):
-        return Console(file=_Masked(stream), highlight=False, soft_wrap=False)
+        return Console(file=cast(TextIO, _Masked(stream)), highlight=False, soft_wrap=False)
     # Piped or redirected: no terminal width to fit, so lines are not wrapped at 80.
     return Console(
-        file=_Masked(stream, strip_trailing=True), highlight=False, soft_wrap=True, width=_PIPED
+        file=cast(TextIO, _Masked(stream, strip_trailing=True)),
+        highlight=False,
+        soft_wrap=True,
+        width=_PIPED,
     )
 
 
@@ -228,7 +231,7 @@ def _is_terminal(stream: Any) -> bool:
 class _Masked:
     """A text stream that masks the keys art knows in what is written through it."""
 
-    def __init__(self, stream: Any, *, strip_trailing: bool = False) -> None:
+    def __init__(self, stream: TextIO, *, strip_trailing: bool = False) -> None:
         self._stream = stream
         self._strip = strip_trailing  # rich pads lines to the width; a pipe needs no padding
 
@@ -237,7 +240,7 @@ class _Masked:
 
         if self._strip:
             text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
-        return self._stream.write(known_secrets().text(text))  # type: ignore[no-any-return]
+        return self._stream.write(known_secrets().text(text))
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno...
         return getattr(self._stream, name)

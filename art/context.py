@@ -12,7 +12,7 @@ from art.usage import TokenUsage
 
 if TYPE_CHECKING:
     from art.config import ExecutionConfig
-    from art.events import EventBus
+    from art.events import EventBus, RunEvents
 
 
 @dataclass
@@ -45,7 +45,7 @@ class RunContext:
     run_id: str
     span: SpanContext
     config: ExecutionConfig
-    events: EventBus
+    events: EventBus | RunEvents
     user_id: str | None = None
     session_id: str | None = None
     # The answer's message id, the agent's name (the persona's), the application's

@@ -280,7 +280,7 @@ class EventBus:
                 continue
             selected.extend(fn for fn, _ in entries)
             if any(once for _, once in entries):
-                kept = [(fn, once) for fn, once in entries if not once]
+                kept: list[tuple[Hook, bool]] = [(fn, once) for fn, once in entries if not once]
                 if kept:
                     self._hooks[key] = kept
                 else:

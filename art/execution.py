@@ -169,7 +169,7 @@ class Readiness:
 
 def step_dependencies(step: Step) -> Sequence[str]:
     """Every step `step` waits for: `depends_on` plus the steps its references name."""
-    deps = getattr(step, "all_dependencies", None)
+    deps: Sequence[str] | None = getattr(step, "all_dependencies", None)
     if deps is not None:
         return deps  # a fresh list each time: the caller may keep it
     return tuple(dict.fromkeys([*step.depends_on, *sorted(find_references(step.args))]))

@@ -104,7 +104,7 @@ class FunctionTool(IToolExecutor):
         if not self._is_async:
             # A plain `def` executor: the engine runs the call on its tool threads, which
             # max_concurrency bounds (asyncio.to_thread would use the loop's small pool).
-            self.execute = self._execute_blocking  # type: ignore[method-assign]
+            self.execute = self._execute_blocking  # type: ignore[method-assign, assignment]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -237,7 +237,7 @@ class ArtInstance:
             run_id=uuid.uuid4().hex,
             span=SpanContext.root(),
             config=self.config.execution_config,
-            events=RunEvents(self.events),  # type: ignore[arg-type]
+            events=RunEvents(self.events),
         )
         with self._secrets_in_use(ProcessOptions()):
             return await self._planner(self._llm_client(None)).plan(run, query, history)
@@ -600,7 +600,7 @@ class ArtInstance:
                 )
             return self._tool_pool
 
-    def _sync(self, coro: Any, *, allow_closed: bool = False) -> Any:
+    def _sync(self, coro: Coroutine[Any, Any, T], *, allow_closed: bool = False) -> T:
         if self._closed and not allow_closed:
             coro.close()
             raise ConfigurationError("this ArtInstance is closed")

@@ -182,7 +182,7 @@ async def invoke_tool(
     # the call itself is awaited here.
     try:
         checked = _check_call(tool, name, args, context, registry)
-        if type(checked) is ToolResult:
+        if not isinstance(checked, tuple):
             result = checked
         else:
             schema, is_async = checked
@@ -190,7 +190,7 @@ async def invoke_tool(
             deadline = timeouts.start(task) if timeouts is not None and task is not None else None
             try:
                 if is_async:
-                    raw = await tool.execute(dict(args), context)  # type: ignore[misc]
+                    raw = await tool.execute(dict(args), context)  # type: ignore[misc]  # is_async: a coroutine
                     if type(raw) is not ToolResult and inspect.isawaitable(raw):
                         raw = await _settled(raw)
                 else:

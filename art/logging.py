@@ -53,7 +53,7 @@ def _level_number(level: str | int) -> int:
     return number
 
 
-class _ArtHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _ArtHandler(logging.StreamHandler[TextIO]):
     """Marks the handler configure_logging installed, so calling it again replaces it."""
 
 
@@ -64,7 +64,7 @@ class _StderrHandler(_ArtHandler):
         logging.Handler.__init__(self)
 
     @property
-    def stream(self) -> TextIO:  # type: ignore[override]
+    def stream(self) -> TextIO:  # type: ignore[override]  # read at each write, never set
         return sys.stderr
 
 

@@ -302,7 +302,7 @@ class PlanExecution:
         ordered = {sid: records[sid] for sid in self._steps if sid in records}
         for sid, record in records.items():
             ordered.setdefault(sid, record)  # completed steps of an earlier plan
-        counts = Counter(record.status for record in ordered.values())  # one read each
+        counts: Counter[str] = Counter(record.status for record in ordered.values())
         status: OutcomeStatus
         if state.stop is Stop.CANCELLED:
             status = "cancelled"

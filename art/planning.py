@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient, LLMPhase
     from art.plan_stream import StepArrivals
+    from art.registry import ToolRegistry
     from art.responses import ConversationMessage, StepRecord
     from art.tooling import ToolExample, ToolSchema
 
@@ -130,7 +131,7 @@ def _step_schema(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def plan_json_schema(registry: Any) -> dict[str, Any]:
+def plan_json_schema(registry: ToolRegistry) -> dict[str, Any]:
     """The plan schema for the tools in `registry`: one step shape per tool.
 
     A step names a registered tool (or null, a reasoning step) and writes that tool's
@@ -156,7 +157,7 @@ def plan_json_schema(registry: Any) -> dict[str, Any]:
     }
 
 
-def plan_response_format(registry: Any) -> dict[str, Any]:
+def plan_response_format(registry: ToolRegistry) -> dict[str, Any]:
     """The `response_format` of a planning call over the tools in `registry`."""
     return {
         "type": "json_schema",
@@ -247,7 +248,7 @@ _MODE_NOTES = {
 }
 
 
-def render_tools(registry: Any, *, compact: bool = False) -> str:
+def render_tools(registry: ToolRegistry, *, compact: bool = False) -> str:
     """One entry per tool: name, description, parameters as compact JSON, and what a
     step of the tool outputs when that is known (see `art.output_schemas`).
 
@@ -297,7 +298,7 @@ def _history_text(history: Sequence[ConversationMessage]) -> str:
 
 
 def _system_prompt(
-    registry: Any,
+    registry: ToolRegistry,
     persona: Persona | None,
     now: datetime | None,
     compact: bool = False,
@@ -337,7 +338,7 @@ def _likeness(query_words: set[str], schema: ToolSchema, example: ToolExample) -
     return len(query_words & _words(text))
 
 
-def render_demonstrations(registry: Any, query: str = "") -> list[dict[str, Any]]:
+def render_demonstrations(registry: ToolRegistry, query: str = "") -> list[dict[str, Any]]:
     """Worked examples as chat turns: a request, then the one-step plan that answers it.
 
     Built from the tools' examples that have a description (the request they answer)
@@ -361,7 +362,7 @@ def render_demonstrations(registry: Any, query: str = "") -> list[dict[str, Any]
     candidates.sort(key=lambda item: (item[0], item[1]))
     messages: list[dict[str, Any]] = []
     for _score, _position, schema, example in candidates[-_DEMONSTRATIONS:]:
-        request = " ".join(example.description.split())
+        request = " ".join((example.description or "").split())
         plan = {
             "intent": _clip(request, _LABEL_CHARS),
             "title": _clip(request, _LABEL_CHARS),
@@ -382,7 +383,7 @@ def render_demonstrations(registry: Any, query: str = "") -> list[dict[str, Any]
 
 def render_planning_messages(
     query: str,
-    registry: Any,
+    registry: ToolRegistry,
     history: Sequence[ConversationMessage] = (),
     persona: Persona | None = None,
     *,
@@ -425,7 +426,7 @@ def _stringify(value: Any, max_length: int) -> str:
 
 def render_replan_messages(
     query: str,
-    registry: Any,
+    registry: ToolRegistry,
     history: Sequence[ConversationMessage],
     persona: Persona | None,
     previous: Plan,
@@ -667,7 +668,7 @@ def _validation_problems(error: ValidationError, data: Mapping[str, Any]) -> lis
 
 def parse_plan(
     text: str,
-    registry: Any,
+    registry: ToolRegistry,
     *,
     completed: Iterable[str] = frozenset(),
     arrivals: StepArrivals | None = None,
@@ -711,7 +712,7 @@ class Planner:
     def __init__(
         self,
         llm: LLMClient,
-        registry: Any,
+        registry: ToolRegistry,
         *,
         persona: Persona | None = None,
         model: str,

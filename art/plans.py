@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -27,8 +27,19 @@ from art.references import STEP_ID_PATTERN, references_by_argument
 
 if TYPE_CHECKING:
     import networkx as nx
+    from jsonschema.protocols import Validator
 
-__all__ = ["Plan", "Step", "validate_plan"]
+    from art.registry import FastCheck
+
+__all__ = ["Plan", "Step", "ToolCatalog", "validate_plan"]
+
+
+class ToolCatalog(Protocol):
+    """What plan validation needs of a registry: the tool names. `ToolRegistry` also
+    offers `get`, `validator` and `fast_check`, used when a catalog has them."""
+
+    def names(self) -> Iterable[str]: ...
+
 
 # What LLMs write instead of the wire names; mapped before validation.
 _STEP_ALIASES: dict[str, str] = {
@@ -136,7 +147,7 @@ class Step(ArtModel):
         """
         values = self.__dict__  # one attribute read: a model's are slow
         args = values["args"]
-        cached = values.get(_REFERENCE_CACHE)
+        cached: tuple[Any, tuple[str, ...], frozenset[str]] | None = values.get(_REFERENCE_CACHE)
         if cached is not None and cached[0] is args:
             return cached
         cached = (args, *references_by_argument(args))
@@ -209,7 +220,7 @@ class Plan(ArtModel):
 
     # -- graph ------------------------------------------------------------------------
     @property
-    def graph(self) -> nx.DiGraph:
+    def graph(self) -> nx.DiGraph[str]:
         """The DAG: a node per step (attribute `step`), an edge from each dependency.
 
         Dependencies on steps outside the plan (finished steps of an earlier plan) are
@@ -217,7 +228,7 @@ class Plan(ArtModel):
         """
         import networkx as nx
 
-        graph = nx.DiGraph()
+        graph: nx.DiGraph[str] = nx.DiGraph()
         for step in self.steps:
             if step.id not in graph:
                 graph.add_node(step.id, step=step)
@@ -293,7 +304,7 @@ def _shorten(text: str, limit: int) -> str:
 
 
 def validate_plan(
-    plan: Plan, registry: Any, *, completed: Iterable[str] = frozenset()
+    plan: Plan, registry: ToolCatalog, *, completed: Iterable[str] = frozenset()
 ) -> list[str]:
     """Every problem that stops `plan` from running; empty when it is valid.
 
@@ -314,7 +325,7 @@ def validate_plan(
     tool_names = list(registry.names())
     known_tools = set(tool_names)
     # Each tool's (validator, fast check), looked up once per plan rather than per step.
-    checks: dict[str, tuple[Any, Any]] = {}
+    checks: dict[str, tuple[Validator | None, FastCheck | None]] = {}
     # Ids a step may depend on with nothing to report: earlier steps, and finished steps
     # the plan does not define again. While every step depends on such ids only, the
     # steps are in running order and cannot form a cycle, so the cycle search is skipped.
@@ -384,7 +395,7 @@ def validate_plan(
     return problems
 
 
-def _output_reference_problems(plan: Plan, registry: Any) -> list[str]:
+def _output_reference_problems(plan: Plan, registry: ToolCatalog) -> list[str]:
     """References into the output of a step whose tool declares what it outputs
     (`art.output_schemas`), to a field or index that output cannot have."""
     from art.output_schemas import step_output_schema
@@ -520,15 +531,16 @@ def _missing_required(error: Any) -> str | None:
     return match.group("name") if match else None
 
 
-def _fast_check(registry: Any, name: str) -> Any:
+def _fast_check(registry: ToolCatalog, name: str) -> FastCheck | None:
     get_fast_check = getattr(registry, "fast_check", None)
-    return get_fast_check(name) if callable(get_fast_check) else None
+    found: FastCheck | None = get_fast_check(name) if callable(get_fast_check) else None
+    return found
 
 
-def _validator(registry: Any, name: str) -> Any:
+def _validator(registry: ToolCatalog, name: str) -> Validator | None:
     get_validator = getattr(registry, "validator", None)
     if callable(get_validator):
-        validator = get_validator(name)
+        validator: Validator | None = get_validator(name)
         if validator is not None:
             return validator
     tool = registry.get(name) if hasattr(registry, "get") else None

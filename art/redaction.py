@@ -207,7 +207,8 @@ class Secrets:
         lists and tuples; `value` itself, not a copy, when none holds one."""
         if not self.values:
             return value
-        return self._mask(value, 0)  # type: ignore[no-any-return]
+        masked: T = self._mask(value, 0)  # of the same type: only strings change
+        return masked
 
     def _mask(self, value: Any, depth: int) -> Any:
         if isinstance(value, str):
@@ -321,7 +322,8 @@ def redact(value: T, secrets: Iterable[str] | Secrets = ()) -> T:
     when only a part of at least MIN_FRAGMENT characters of it appears.
     """
     extra = secrets.values if isinstance(secrets, Secrets) else secrets
-    return _redact(value, known_secrets(extra), 0)  # type: ignore[no-any-return]
+    redacted: T = _redact(value, known_secrets(extra), 0)  # of the same type
+    return redacted
 
 
 def known_secrets(extra: Iterable[str] = ()) -> Secrets:

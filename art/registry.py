@@ -257,7 +257,8 @@ class ToolRegistry:
             from art.function_tools import tool as function_tool
 
             try:
-                return function_tool(tool)
+                wrapped: IToolExecutor = function_tool(tool)
+                return wrapped
             except ToolRegistrationError:
                 raise
             except Exception as exc:

@@ -125,7 +125,7 @@ class Run:
             run_id=record.run_id,
             span=setup.span,
             config=config,
-            events=self.events,  # type: ignore[arg-type]  # RunEvents has the bus's emit
+            events=self.events,
             user_id=record.user_id or opts.user_id,
             session_id=session_id,
             message_id=record.message_id,

@@ -27,7 +27,7 @@ from art._log import get_logger
 from art._models import trusted
 from art._thread_calls import ThreadCalls
 from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
-from art.events import HookVeto
+from art.events import EventBus, HookVeto, RunEvents
 from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
 from art.invocation import CallTimeouts, invoke_tool
 from art.references import resolve_references
@@ -121,7 +121,7 @@ class _Interest:
         "updates_wanted",
     )
 
-    def __init__(self, events: Any) -> None:
+    def __init__(self, events: EventBus | RunEvents) -> None:
         self.events = events
         self.changes = -1
         self.fresh()
@@ -665,14 +665,13 @@ class StepRunner:
                 _update(record, result=result)
                 await self._finish(record, "failed", span, vetoed)
                 return
-            if _worth_retrying(result) and attempt < max_attempts and self.state.stop is None:
-                delay = self._backoff_s * (2 ** (attempt - 1))
-                log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
-                _update(record, result=result)
-                if delay:
-                    await asyncio.sleep(delay)
-                continue
-            break
+            if not (_worth_retrying(result) and attempt < max_attempts and self.state.stop is None):
+                break
+            delay = self._backoff_s * (2 ** (attempt - 1))
+            log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
+            _update(record, result=result)
+            if delay:
+                await asyncio.sleep(delay)
         metadata = result.metadata
         if LLM_ASSIST_REQUIRED in (metadata.get("error"), metadata.get("error_code")):
             result = await self._llm_assist(result, span)
@@ -856,9 +855,9 @@ class StepRunner:
             return _emit(self.deps, "step:status", _status_data(record), span)
         if interest.status_wanted and record.status != "in_progress":
             # A finished step's event happened when the record says it ended.
-            self.deps.run.events.log_only(  # type: ignore[attr-defined]
-                "step:status", _status_data(record), span, record.ended_at
-            )
+            events = self.deps.run.events
+            if isinstance(events, RunEvents):  # a bare EventBus keeps no log
+                events.log_only("step:status", _status_data(record), span, record.ended_at)
         return None
 
 

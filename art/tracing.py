@@ -131,7 +131,7 @@ class SpanMapper:
 
     # -- run ----------------------------------------------------------------------
     def _on_session_start(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
-        attributes = {
+        attributes: dict[str, str | bool] = {
             "art.thread_id": event.thread_id or "",
             "art.run_id": event.run_id or "",
             "art.trace_id": span.trace_id,
@@ -175,8 +175,9 @@ class SpanMapper:
         if plan_key is not None and not self._entries[plan_key].ended:
             return plan_key
         # The planner may have a span of its own that no event announced yet.
-        unknown_parent = span.parent_span_id and span.parent_span_id not in self._entries
-        plan_key = span.parent_span_id if unknown_parent else f"plan:{span.span_id}"
+        parent_id = span.parent_span_id
+        unknown_parent = parent_id is not None and parent_id not in self._entries
+        plan_key = parent_id if parent_id and unknown_parent else f"plan:{span.span_id}"
         self._start(
             plan_key,
             "plan",
@@ -196,7 +197,9 @@ class SpanMapper:
         self._close_plan(event, span, data)
 
     def _close_plan(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
-        plan = data.get("plan") if isinstance(data.get("plan"), dict) else {}
+        plan = data.get("plan")
+        if not isinstance(plan, dict):
+            plan = {}
         own = self._entries.get(span.span_id)
         if own is not None and own.kind == "plan":
             key: str | None = span.span_id
@@ -204,7 +207,7 @@ class SpanMapper:
             run_key = self._run_key(event, span)
             key = self._plan_keys.get(run_key) if run_key else None
         target = self._entries.get(key) if key else None
-        steps = plan.get("steps") if isinstance(plan, dict) else None
+        steps = plan.get("steps")
         if target is not None and not target.ended:
             if isinstance(steps, list):
                 target.span.set_attribute("art.plan.steps", len(steps))
@@ -226,7 +229,10 @@ class SpanMapper:
                     "art.step.retry", {"art.attempt": int(data.get("attempt") or 1)}
                 )
                 return
-            attributes = {"art.step_id": step_id, "art.tool": str(data.get("tool") or "")}
+            attributes: dict[str, str | int] = {
+                "art.step_id": step_id,
+                "art.tool": str(data.get("tool") or ""),
+            }
             if data.get("attempt"):
                 attributes["art.attempt"] = int(data["attempt"])
             self._open_at(key, "step", f"art.step {step_id}", event, span, attributes)
@@ -437,7 +443,7 @@ class SpanMapper:
 
     def _end(self, key: str | None, timestamp: datetime | None) -> None:
         entry = self._entries.get(key) if key else None
-        if entry is None or entry.ended:
+        if key is None or entry is None or entry.ended:
             return
         entry.ended = True
         if entry.context_token is not None:

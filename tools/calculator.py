@@ -239,7 +239,7 @@ def evaluate(expression: str) -> Number:
     except (ValueError, RecursionError, MemoryError) as exc:
         raise CalculatorError(f"cannot parse the expression ({type(exc).__name__})") from None
     try:
-        result = _eval(tree.body, 0)
+        result: Number | list[Number] = _eval(tree.body, 0)
     except CalculatorError:
         raise
     except ZeroDivisionError:

@@ -72,7 +72,8 @@ class Show(IToolExecutor):
 
     def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
         title = input["title"]
-        markdown, table = input.get("markdown"), input.get("table")
+        markdown: str | None = input.get("markdown")
+        table: dict[str, Any] | None = input.get("table")
         if (markdown is None) == (table is None):
             return failure(
                 self,
@@ -80,7 +81,7 @@ class Show(IToolExecutor):
                 ToolErrorCode.VALIDATION_ERROR,
                 "give exactly one of 'markdown' (text) or 'table' ({columns, rows})",
             )
-        if markdown is not None:
+        if table is None:  # then markdown is given: exactly one of the two is
             return success(
                 self, context, {"kind": "markdown", "title": title, "markdown": markdown}
             )

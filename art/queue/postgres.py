@@ -40,6 +40,7 @@ from procrastinate.jobs import Job
 from procrastinate.schema import SchemaManager
 
 from art._log import get_logger
+from art.adapters.postgres import fetch_value
 from art.queue.backend import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerInfo
@@ -131,7 +132,7 @@ class ProcrastinateQueue(QueueBackend):
         async with self.connector.pool.connection() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _SETUP_LOCK)
             cursor = await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
-            present = (await cursor.fetchone())[0]  # type: ignore[index]
+            present = await fetch_value(cursor)
             if not present:
                 await conn.execute(SchemaManager.get_schema())
             for statement in _ART_TABLES.split(";"):
@@ -272,7 +273,7 @@ class ProcrastinateQueue(QueueBackend):
         taken: list[str] = []
         async with self.connector.pool.connection() as conn:
             cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", _TAKE_OVER_LOCK)
-            if not (await cursor.fetchone())[0]:  # type: ignore[index]
+            if not await fetch_value(cursor):
                 return taken
             try:
                 stalled = await manager.get_stalled_jobs(
@@ -283,7 +284,7 @@ class ProcrastinateQueue(QueueBackend):
                         await manager.retry_job(job)
                     except pq_exceptions.ConnectorException:
                         continue  # it changed meanwhile (ended, or taken by another)
-                    taken.append(job.task_kwargs["run_id"])  # type: ignore[arg-type]
+                    taken.append(str(job.task_kwargs["run_id"]))
                 await manager.prune_stalled_workers(seconds)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s, %s)", _TAKE_OVER_LOCK)
@@ -318,7 +319,7 @@ class _Worker(pq_worker.Worker):
 
     async def _fetch_and_process_jobs(self) -> None:
         try:
-            await super()._fetch_and_process_jobs()  # type: ignore[no-untyped-call]
+            await super()._fetch_and_process_jobs()  # type: ignore[no-untyped-call]  # procrastinate's
         except pq_exceptions.ConnectorException:
             # Taking a job names this worker, which the others removed if they took it for
             # dead: then stop, as `look_after` would a moment later; else a real failure.
@@ -341,7 +342,7 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
     def stop(self) -> None:
         self._stopped = True
         if self._worker is not None:
-            self._worker.stop()  # type: ignore[no-untyped-call]
+            self._worker.stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
 
     async def run(self) -> None:
         from art.queue.metrics import queue_metrics
@@ -367,7 +368,7 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
         )
         if self._stopped:
             return
-        await self._worker.run()  # type: ignore[no-untyped-call]
+        await self._worker.run()  # type: ignore[no-untyped-call]  # procrastinate's
 
     async def _run_job(self, context: JobContext, /, **args: Any) -> RunState:
         spec = JobSpec.from_args(args)
@@ -395,7 +396,7 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
             "were taken over: stopping",
             worker_id=worker.worker_id,
         )
-        worker.stop()  # type: ignore[no-untyped-call]
+        worker.stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
 
     async def look_after(self, worker: _Worker) -> None:
         """Name this worker, then every `heartbeat_s` take over the runs of dead workers."""

@@ -95,6 +95,7 @@ class RunResource(RunRecord):
 class ThreadResource(ThreadState):
     """A thread: its runs (oldest first), active run, pending suspensions and history."""
 
+    # ThreadState's runs, each as the resource that extends its RunRecord
     runs: list[RunResource] = Field(default_factory=list)  # type: ignore[assignment]
     history: list[ConversationMessage] = Field(default_factory=list)
 

@@ -213,8 +213,7 @@ class FakeProvider:
         """`http://127.0.0.1:<port>`: the `api_base` of Anthropic and Ollama models."""
         if self._server is None:
             raise RuntimeError("the FakeProvider is not started: use `with` or start()")
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"
 
     @property
     def openai_base(self) -> str:

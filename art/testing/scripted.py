@@ -16,9 +16,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art.llm import _litellm
+
+if TYPE_CHECKING:
+    from litellm.llms.custom_llm import CustomLLM
+    from litellm.types.llms.openai import ChatCompletionUsageBlock
+    from litellm.types.utils import GenericStreamingChunk
 
 __all__ = ["Reply", "ScriptError", "ScriptedCall", "ScriptedModel", "replies", "stream_pieces"]
 
@@ -328,7 +333,7 @@ class ScriptedModel:
             break
         return self._settle(reply, call)
 
-    def _usage(self, messages: list[dict[str, Any]], text: str) -> dict[str, int]:
+    def _usage(self, messages: list[dict[str, Any]], text: str) -> ChatCompletionUsageBlock:
         prompt = _word_count(_message_text(messages))
         completion = _word_count(text)
         return {
@@ -351,7 +356,7 @@ class ScriptedModel:
 
     def _chunks(
         self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
-    ) -> list[dict[str, Any]]:
+    ) -> list[GenericStreamingChunk]:
         pieces = stream_pieces(text)
         usage = self._usage(messages, text)
         last = len(pieces) - 1
@@ -373,12 +378,16 @@ class ScriptedModel:
             return 0.0
         return len(stream_pieces(text)) / self.tokens_per_s
 
-    def _build_handler(self) -> Any:
-        litellm = _litellm()
+    def _build_handler(self) -> CustomLLM:
+        _litellm()  # with art's settings
+        from litellm.llms.custom_llm import CustomLLM
+
         owner = self
 
-        class _Handler(litellm.CustomLLM):  # type: ignore[misc, name-defined]
-            def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+        class _Handler(CustomLLM):
+            def completion(
+                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
+            ) -> Any:
                 call = owner._record(messages, kwargs, stream=False)
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
@@ -387,7 +396,7 @@ class ScriptedModel:
                 return owner._response(messages, *settled)
 
             async def acompletion(
-                self, model: str, messages: list, *args: Any, **kwargs: Any
+                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
             ) -> Any:
                 call = owner._record(messages, kwargs, stream=False)
                 if owner.latency_s:
@@ -398,8 +407,8 @@ class ScriptedModel:
                 return owner._response(messages, *settled)
 
             def streaming(
-                self, model: str, messages: list, *args: Any, **kwargs: Any
-            ) -> Iterator[dict[str, Any]]:
+                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
+            ) -> Iterator[GenericStreamingChunk]:
                 call = owner._record(messages, kwargs, stream=True)
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
@@ -411,9 +420,10 @@ class ScriptedModel:
                         time.sleep(wait)
                     yield chunk
 
-            async def astreaming(
-                self, model: str, messages: list, *args: Any, **kwargs: Any
-            ) -> AsyncIterator[dict[str, Any]]:
+            # litellm declares a coroutine returning the iterator, and iterates this generator
+            async def astreaming(  # type: ignore[override]
+                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
+            ) -> AsyncIterator[GenericStreamingChunk]:
                 call = owner._record(messages, kwargs, stream=True)
                 if owner.latency_s:
                     await asyncio.sleep(owner.latency_s)
@@ -433,7 +443,10 @@ def _provider_exception(error: BaseException, model: ScriptedModel) -> BaseExcep
     if isinstance(error, ScriptError):
         # A missing script is the test's mistake, never worth a retry.
         litellm = _litellm()
-        return litellm.BadRequestError(str(error), model=model.model, llm_provider=model.provider)
+        refused: BaseException = litellm.BadRequestError(
+            str(error), model=model.model, llm_provider=model.provider
+        )
+        return refused
     return error
 
 

@@ -205,7 +205,7 @@ async def test_writes_from_many_threads_and_loops_all_land(
         # its cursor to the caller's thread (about 1 run in 5 failed, 29 in 30 this way).
         from art.adapters import sqlite
 
-        monkeypatch.setattr(sqlite._InlineWriter, "try_write", lambda self, fn: (False, None))
+        monkeypatch.setattr(sqlite._InlineWriter, "try_write", lambda self, fn: None)
         monkeypatch.setattr(sqlite._InlineWriter, "try_statement", lambda self, sql, a: False)
     storage = SQLiteStorage(tmp_path / "art.db")
     await storage.open()

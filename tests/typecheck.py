@@ -1,0 +1,60 @@
+"""Run mypy --strict over the art package as it installs: art.adapters and art.tools read from
+the folders pyproject.toml's package-dir maps them from (mypy alone cannot follow that map).
+
+    python tests/typecheck.py
+
+The cache lives outside the checkout, in the temporary directory."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from mypy import build
+from mypy.errors import CompileError
+from mypy.main import process_options
+from mypy.modulefinder import BuildSource
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def package_sources() -> list[BuildSource]:
+    """One source per module of the installed package, named as it imports."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    sources: dict[str, BuildSource] = {}
+    for package, folder in config["package-dir"].items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            module = ".".join((package, *parts))
+            sources[module] = BuildSource(str(path.relative_to(ROOT)), module)
+    return list(sources.values())
+
+
+def cache_dir() -> str:
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    return str(Path(tempfile.gettempdir()) / f"art-mypy-cache-{checkout}")
+
+
+def main() -> int:
+    # the options come from [tool.mypy] in pyproject.toml; "art" only satisfies the parser
+    _, options = process_options(["--config-file", str(ROOT / "pyproject.toml"), "art"])
+    options.cache_dir = cache_dir()
+    try:
+        result = build.build(package_sources(), options)
+    except CompileError as error:
+        messages = error.messages
+    else:
+        messages = result.errors
+    for message in messages:
+        print(message)
+    print(f"{len(messages)} mypy messages" if messages else "mypy --strict: no issues")
+    return 1 if messages else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
