@@ -36,7 +36,7 @@ from art.usage import TokenUsage
 if TYPE_CHECKING:
     from art.config import BufferConfig, ExecutionConfig
     from art.context import RunStats
-    from art.events import EventBus
+    from art.events import EventBus, RunEvents
     from art.spans import SpanContext
 
 __all__ = [
@@ -112,7 +112,7 @@ class CallScope(Protocol):
     @property
     def config(self) -> ExecutionConfig: ...
     @property
-    def events(self) -> EventBus: ...
+    def events(self) -> EventBus | RunEvents: ...
     @property
     def stats(self) -> RunStats: ...
 

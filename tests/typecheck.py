@@ -36,8 +36,11 @@ def package_sources() -> list[BuildSource]:
 
 
 def cache_dir() -> str:
-    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
-    return str(Path(tempfile.gettempdir()) / f"art-mypy-cache-{checkout}")
+    # one per checkout and configuration: a cache written under other options misleads mypy
+    key = f"{ROOT}\n{(ROOT / 'pyproject.toml').read_text()}"
+    return str(
+        Path(tempfile.gettempdir()) / f"art-mypy-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    )
 
 
 def main() -> int:
