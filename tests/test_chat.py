@@ -215,9 +215,10 @@ async def test_leaving_a_stream_early_ends_the_call(fake_provider):
             assert chunk.content == "one "
             break
         # The abandoned call's task is cancelled, long before its stream would have ended.
-        async with asyncio.timeout(1):
-            while [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
-                await asyncio.sleep(0.01)
+        others = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+        assert others  # the call's task, and the generator's closing
+        _ended, running = await asyncio.wait(others, timeout=1)
+        assert not running
         fake_provider.queue(Answer("next"))
         assert (await inst.achat("again")).content == "next"
 
