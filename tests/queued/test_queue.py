@@ -361,7 +361,12 @@ def _no_stray_threads() -> Iterator[None]:
     assert not {name for name in left if name.startswith("art-queue")}, left
 
 
-async def test_workers_report_opentelemetry_metrics(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+async def test_workers_report_opentelemetry_metrics(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -373,7 +378,11 @@ async def test_workers_report_opentelemetry_metrics(tmp_path: Path) -> None:
         "title": "Sum",
         "steps": [{"id": "s1", "tool": "calculator", "args": {"expression": "1+1"}}],
     }
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+    url = (
+        str(request.getfixturevalue("postgres_database"))
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'a.db'}"
+    )
 
     def points() -> dict[str, list[Any]]:
         data = reader.get_metrics_data()
