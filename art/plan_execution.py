@@ -81,6 +81,13 @@ class PlanExecution:
     ) -> None:
         self.deps = deps
         self._streamed = plan is None
+        # A streamed plan's steps that were in progress when an earlier attempt stopped:
+        # one that arrives again keeps its record (and attempt count).
+        self._interrupted = {
+            step_id: record
+            for step_id, record in (records or {}).items()
+            if self._streamed and record.status == "in_progress"
+        }
         plan = plan if plan is not None else Plan()
         # Earlier records of steps not in this plan matter only for their outputs.
         kept: dict[str, StepRecord] = {}
@@ -209,7 +216,10 @@ class PlanExecution:
                 earlier.arrived_at = arrived_at
                 executor.add_finished(step_id)  # finished before a crash: not run again
                 return
-            record = records[step_id] = pending_record(step)
+            record = self._interrupted.pop(step_id, None)
+            if record is None or record.tool != step.tool:
+                record = pending_record(step)
+            records[step_id] = record
             record.arrived_at = arrived_at
             executor.add(step_id, dependencies[step_id])
 

@@ -350,12 +350,14 @@ async def test_a_run_killed_mid_stream_reuses_its_finished_steps(build, tmp_path
             args=PLAN["steps"][0]["args"], started_at=datetime.now(UTC),
         ),
     )  # fmt: skip
-    await storage.save_step("killed", StepRecord(step_id="s2", tool="wait", status="in_progress"))
+    s2 = StepRecord(step_id="s2", tool="wait", status="in_progress", attempts=1)
+    await storage.save_step("killed", s2)
     response = await asyncio.wait_for(inst.aprocess("q", "t", options=EAGER), GUARD_S)
     assert response.status == "success"
     assert response.metadata.run_id == "killed"
     assert sorted(recorder.calls) == ["s2", "s3"]  # planning redone, s1 reused
     assert {r.step_id: r.output for r in response.steps} == {"s1": 30, "s2": 10, "s3": 30}
+    assert [r.attempts for r in response.steps] == [1, 2, 1]  # s2 ran again as attempt 2
     stored = await storage.get_run("killed")
     assert stored.plan is not None and stored.plan.step_ids == ["s1", "s2", "s3"]
 
