@@ -2,10 +2,10 @@
 
 The loop holds the GIL for as long as it has work, and a thread woken for a new call
 waits for it. Handed out with `run_in_executor`, the 50 `def` calls of a layer start only
-once the loop has started the last of them (~3 ms later), so all 50 end together, and
+once the loop has started the last of them, so all 50 end together, and
 the loop then finishes them one after the other while nothing else runs. `ThreadCalls`
 is a `concurrent.futures.Executor` (`submit` goes to the pool) whose `call` path does two
-things differently, each measured on that layer (docs/performance.md):
+things differently:
 
 - Threads start their calls while the loop is still handing out more. Once the loop
   has handed out calls for `handoff_after_s` without a break, the next call closes a

@@ -555,8 +555,8 @@ def _nesting_depth(text: str) -> int:
 def _loads(candidate: str) -> Any:
     """The JSON value in `candidate`, repaired if needed; None or _TOO_DEEP when hopeless."""
     try:
-        # pydantic-core's parser reads a long plan about 20 % faster than json's. It
-        # refuses a few texts json reads (lone surrogates, nesting deeper than 200).
+        # pydantic-core's parser is faster than json's; it refuses a few texts json reads
+        # (lone surrogates, nesting deeper than 200), which the fallback below takes.
         return from_json(candidate)
     except (ValueError, TypeError):  # TypeError: a str that is not valid UTF-8
         pass

@@ -59,8 +59,8 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _REFERENCE_SUFFIXES = ("_FILE", "_PATH", "_DIR", "_URL", "_URI", "_HOST", "_LOCATION")
 
 # (pattern, replacement, words): a pattern runs only on a text that holds one of its
-# words once case-folded, as each of its matches does. Scanning costs: the first pattern
-# tries a match at every word character (~0.3 ms per 1,000 characters of JSON).
+# words once case-folded, as each of its matches does, because scanning for a pattern
+# tries a match at every word character.
 _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     # `api_key=...`, `"api_key": "..."`, `password: ...`, `x-api-key: ...`
     (

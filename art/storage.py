@@ -173,6 +173,5 @@ def as_utc(moment: datetime) -> datetime:
 
 def timestamp_key(moment: datetime) -> str:
     """A fixed-width UTC ISO string, so text order is time order (naive means UTC)."""
-    # isoformat is several times cheaper than strftime (one per stored event); with
-    # explicit microseconds its "+00:00" suffix is always the last six characters.
+    # isoformat, cheaper than strftime, always ends in "+00:00" with explicit microseconds.
     return as_utc(moment).isoformat(timespec="microseconds")[:-6] + "Z"
