@@ -698,6 +698,8 @@ async def _finish(
         console.print(display_panel(item.tool_name, item.step_id, item.output))
     for line in binary_lines(response.steps):
         console.print(f"[dim]📎 {_escape(line)}[/]")
+    for warning in response.metadata.warnings:
+        console.print(f"[yellow]note:[/] {_escape(warning)}")
     for step in _failed_approved(response, view):
         out.errors.print(
             f"[red bold]error[/] approved step [bold]{step.step_id}[/] failed: "

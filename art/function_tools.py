@@ -2,7 +2,8 @@
 
 The input schema comes from the signature (through pydantic), parameter
 descriptions and the tool description from the docstring (Google, NumPy, reST or
-Epydoc style). A parameter annotated `ExecutionContext` receives the call's context
+Epydoc style: every paragraph before the first section is the description). A
+parameter annotated `ExecutionContext` receives the call's context
 and is not part of the input. The function may be sync (it then runs in a worker
 thread) or async; a plain return value becomes `ToolResult.output` (for a blocking
 tool, the question a person is asked: the call suspends), and a returned ToolResult
@@ -206,9 +207,9 @@ def tool(
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function into a tool: `@art.tool` or `@art.tool(name=..., ...)`.
 
-    `name` defaults to the function's name, `description` to the docstring's first
-    paragraph (plus its Returns section); `execution_mode`, `blocking_config` and
-    `examples` go into the schema as they are.
+    `name` defaults to the function's name, `description` to the docstring's
+    paragraphs before its first section (plus its Returns section); `execution_mode`,
+    `blocking_config` and `examples` go into the schema as they are.
     Raises ToolRegistrationError when the function cannot be described (no docstring,
     `*args`, unknown annotations).
     """
@@ -302,12 +303,15 @@ def _output_schema(annotation: Any) -> dict[str, Any] | None:
 
 
 def _description(doc: docstring_parser.Docstring) -> str:
-    """The docstring's first paragraph, plus its Returns section when there is one."""
-    summary = doc.short_description or ""
-    if doc.long_description and not doc.blank_after_short_description:
-        first_paragraph = doc.long_description.split("\n\n")[0]
-        summary = f"{summary} {first_paragraph}"
-    description = _one_line(summary)
+    """Every paragraph of the docstring before its first section (each on one line,
+    separated by a blank line), plus its Returns section when there is one."""
+    paragraphs = [doc.short_description or ""]
+    if doc.long_description:
+        rest = doc.long_description.split("\n\n")
+        if not doc.blank_after_short_description:  # the summary runs on into the text
+            paragraphs[0] = f"{paragraphs[0]} {rest.pop(0)}"
+        paragraphs += rest
+    description = "\n\n".join(p for p in map(_one_line, paragraphs) if p)
     if doc.returns is not None and doc.returns.description:
         description = f"{description} Returns: {_one_line(doc.returns.description)}".strip()
     return description

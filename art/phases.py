@@ -14,7 +14,6 @@ and answer with what it is waiting for or why it failed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -310,7 +309,7 @@ def build_response(
         run_id=context.run_id,
         user_id=context.user_id,
         status=status,
-        total_duration_ms=(time.perf_counter() - run.state.started) * 1000.0,
+        total_duration_ms=run.state.duration_ms(),
         llm_calls=stats.llm_calls,
         tool_calls=stats.tool_calls,
         usage=stats.usage,
@@ -318,12 +317,25 @@ def build_response(
         error=error,
         suspension_id=suspension_ids[0] if suspension_ids else None,
         suspension_ids=list(suspension_ids),
+        warnings=_warnings(run, status),
         model=answered_by.model if answered_by else None,
         finish_reason=answered_by.finish_reason if answered_by else None,
     )
     return AgentFinalResponse(
         response=message, metadata=metadata, plan=record.plan, steps=steps, display=display
     )
+
+
+def _warnings(run: Run, status: RunStatusName) -> list[str]:
+    """What the response should point out although the run did not fail."""
+    plan, registry = run.state.record.plan, run.deps.registry
+    if status == "success" and plan is not None and not plan.steps and len(registry):
+        names = ", ".join(registry.names()[:10]) + (", ..." if len(registry) > 10 else "")
+        return [
+            f"the plan has no steps, so no tool ran ({len(registry)} available: {names}); "
+            "the answer comes from the model alone"
+        ]
+    return []
 
 
 def session_end_data(response: AgentFinalResponse) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "TOOL_NAME_PATTERN",
     "FastCheck",
     "ToolEntry",
+    "ToolExampleWarning",
     "ToolRegistry",
     "build_fast_check",
     "build_validator",
@@ -120,6 +122,23 @@ class ToolEntry:
     is_async: bool
 
 
+class ToolExampleWarning(UserWarning):
+    """A tool example whose input does not match the tool's input schema."""
+
+
+def _warn_about_bad_examples(schema: ToolSchema, entry: ToolEntry) -> None:
+    """Warn about each example the planner will not be shown because its input is invalid."""
+    for index, example in enumerate(schema.examples):
+        problems = input_errors(entry.validator, example.input, fast_check=entry.fast_check)
+        if problems:
+            warnings.warn(
+                f"tool {schema.name!r}: examples[{index}] is left out of the planner's "
+                f"prompt: its input does not match the input schema ({'; '.join(problems)})",
+                ToolExampleWarning,
+                stacklevel=4,
+            )
+
+
 def is_async_tool(tool: Any) -> bool:
     """Whether `tool.execute` is a coroutine function (else it blocks: run it in a thread)."""
     return inspect.iscoroutinefunction(getattr(tool, "execute", None))
@@ -154,12 +173,14 @@ class ToolRegistry:
                 f"tool {schema.name!r}: input_schema is not valid JSON Schema: "
                 f"{exc.message} (at {exc.json_path} in the schema)"
             ) from exc
-        self._entries[schema.name] = ToolEntry(
+        entry = ToolEntry(
             tool=executor,
             validator=validator,
             fast_check=build_fast_check(schema.input_schema),
             is_async=is_async_tool(executor),
         )
+        _warn_about_bad_examples(schema, entry)
+        self._entries[schema.name] = entry
         return executor
 
     def selected(self, spec: Iterable[Any]) -> ToolRegistry:

@@ -67,6 +67,8 @@ class ExecutionMetadata(ArtModel):
     error: RunError | None = None
     suspension_id: str | None = None
     suspension_ids: list[str] = Field(default_factory=list)
+    # Things about the run worth a look although it did not fail (e.g. no tool ran).
+    warnings: list[str] = Field(default_factory=list)
     # The model that wrote the answer, as the provider named it, and why it stopped
     # ("stop" when it ended the answer itself; "length" when cut by max_tokens).
     model: str | None = None

@@ -93,6 +93,12 @@ class RunState:
     started: float  # time.perf_counter() when the call began
     history: list[ConversationMessage] = field(default_factory=list)
     cancel_reason: str | None = None
+    # The run's working time before this call (a resumed run's earlier parts).
+    earlier_ms: float = 0.0
+
+    def duration_ms(self) -> float:
+        """The run's working time so far: its earlier calls and this one."""
+        return self.earlier_ms + (time.perf_counter() - self.started) * 1000.0
 
 
 class Run:
@@ -110,7 +116,7 @@ class Run:
         started: float,
     ) -> None:
         self.deps = deps
-        self.state = RunState(record=record, started=started)
+        self.state = RunState(record=record, started=started, earlier_ms=record.duration_ms)
         setup = deps.setup
         session_id = record.session_id or opts.session_id
         self.events = RunEvents(
@@ -245,6 +251,7 @@ class Run:
         record.tool_calls = stats.tool_calls
         record.usage = stats.usage
         record.llm_cost = stats.llm_cost
+        record.duration_ms = self.state.duration_ms()
 
 
 # -- finding the run a call continues -------------------------------------------------------

@@ -48,6 +48,8 @@ class RunRecord(ArtModel):
     tool_calls: int = 0
     usage: TokenUsage = Field(default_factory=TokenUsage)
     llm_cost: float | None = None
+    # Working time of the calls so far (a suspended run's wait for a person left out).
+    duration_ms: float = 0.0
     error: RunError | None = None
     answer: str | None = None
     created_at: datetime = Field(default_factory=utcnow)

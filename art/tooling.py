@@ -257,3 +257,41 @@ class IToolExecutor(ABC):
     @property
     def name(self) -> str:
         return self.schema.name
+
+    # Short ways to build this tool's result for the call `context` serves.
+    def ok(
+        self, context: ExecutionContext, output: Any = None, metadata: dict[str, Any] | None = None
+    ) -> ToolResult:
+        """A `success` result carrying `output`."""
+        return ToolResult(
+            call_id=context.call_id,
+            tool_name=self.schema.name,
+            status="success",
+            output=output,
+            metadata=metadata or {},
+        )
+
+    def fail(
+        self,
+        context: ExecutionContext,
+        error: str,
+        *,
+        code: str = "UNKNOWN",
+        retryable: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        """An `error` result: `error` says what went wrong, `code` is a ToolErrorCode,
+        `retryable` lets the engine call the tool again."""
+        return ToolResult(
+            call_id=context.call_id,
+            tool_name=self.schema.name,
+            status="error",
+            error=error,
+            metadata={**(metadata or {}), "error_code": code, "retryable": retryable},
+        )
+
+    def ask(self, context: ExecutionContext, question: Any = None) -> ToolResult:
+        """A `suspended` result (blocking tools only): `question` is what a person is asked."""
+        return ToolResult(
+            call_id=context.call_id, tool_name=self.schema.name, status="suspended", output=question
+        )

@@ -109,6 +109,8 @@ class SpanMapper:
         self._plan_keys: dict[str, str] = {}  # run key -> key of its open plan span
         # Ended spans' OTel contexts, so a late child (after a resume) keeps its parent.
         self._ended: OrderedDict[str, Any] = OrderedDict()
+        # Each run's first run span, which the run span of a resume links to.
+        self._first_run_spans: OrderedDict[str, Any] = OrderedDict()
 
     # -- entry point --------------------------------------------------------------
     def handle(self, event: Event) -> None:
@@ -138,11 +140,20 @@ class SpanMapper:
         }
         if self._capture_content and isinstance(data.get("query"), str):
             attributes["art.query"] = data["query"]
+        links: list[Any] = []
         if data.get("resumed") or data.get("suspension_id"):
             attributes["art.resumed"] = True
-        key = self._open(span.span_id, "run", "art.run", event, span, attributes)
+            first = self._first_run_spans.get(event.run_id or "")
+            if first is not None:  # the run's first part, recorded by this subscription
+                links.append(self._trace.Link(first, {"art.link": "resumes"}))
+        key = span.span_id
+        self._start(key, "run", "art.run", event, span, attributes, parent_key=None, links=links)
         if event.run_id:
             self._run_span_ids[event.run_id] = key
+            if event.run_id not in self._first_run_spans:
+                self._first_run_spans[event.run_id] = self._entries[key].span.get_span_context()
+                while len(self._first_run_spans) > _REMEMBERED_ENDED_SPANS:
+                    self._first_run_spans.popitem(last=False)
 
     def _on_session_end(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
         key = self._run_key(event, span)
@@ -375,18 +386,6 @@ class SpanMapper:
             return self._run_span_ids[event.run_id]
         return None
 
-    def _open(
-        self,
-        key: str,
-        kind: str,
-        name: str,
-        event: Event,
-        span: SpanContext,
-        attributes: dict[str, Any],
-    ) -> str:
-        self._start(key, kind, name, event, span, attributes, parent_key=None)
-        return key
-
     def _open_at(
         self,
         key: str,
@@ -411,6 +410,7 @@ class SpanMapper:
         attributes: dict[str, Any],
         *,
         parent_key: str | None,
+        links: list[Any] | None = None,
     ) -> None:
         trace = self._trace
         parent_id = parent_key or span.parent_span_id
@@ -427,7 +427,11 @@ class SpanMapper:
             context = None  # the caller's current context: a request span, or a new trace
         attributes = {k: v for k, v in attributes.items() if v is not None}
         otel_span = self._tracer.start_span(
-            name, context=context, attributes=attributes, start_time=_ns(event.timestamp)
+            name,
+            context=context,
+            attributes=attributes,
+            start_time=_ns(event.timestamp),
+            links=links or None,
         )
         self._entries[key] = _Entry(otel_span, kind, span.trace_id, event.run_id)
         if parent is not None:

@@ -12,6 +12,7 @@ which plays the LLM from a fixed script (a note says so).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -90,9 +91,15 @@ def main(argv: list[str]) -> int:
     if resp.plan is not None:
         print(f"plan: {resp.plan.title or resp.plan.intent or '(untitled)'}")
         for record in resp.steps:
+            # The arguments the model chose next to what the tool made of them: a wrong
+            # answer shows here as a wrong argument (the model) or a wrong result (the tool).
+            args = json.dumps(record.args, ensure_ascii=False) if record.args is not None else ""
             output = record.output if record.status == "completed" else record.reason
-            print(f"  {record.step_id} {record.tool or 'reasoning'}: {record.status} -> {output}")
+            step = f"{record.step_id} {record.tool or 'reasoning'}{args}"
+            print(f"  {step}: {record.status} -> {output}")
         print()
+    for warning in resp.metadata.warnings:
+        print(f"note: {warning}\n")
     print(resp.content)
     print()
     print(summary(resp))

@@ -65,9 +65,9 @@ SUMMARY = re.compile(
 def test_quickstart_scripted(tmp_path):
     out = _ok(run_example("quickstart.py", "--scripted", cwd=tmp_path))
     assert "note: --scripted: art's scripted test model replies from a fixed script." in out
-    assert "s1 calculator: completed -> 391" in out
-    assert "s2 calculator: completed -> 42.0" in out
-    assert "s3 calculator: completed -> 403" in out
+    assert 's1 calculator{"expression": "17 * 23"}: completed -> 391' in out
+    assert 's2 calculator{"expression": "sqrt(1764)"}: completed -> 42.0' in out
+    assert 's3 calculator{"expression": "391 + 12"}: completed -> 403' in out
     assert "17 x 23 + 12 = **403**, and the square root of 1764 is **42**." in out
     assert SUMMARY.search(out), out
 
@@ -99,7 +99,7 @@ def test_quickstart_as_written_uses_the_local_demo_model(tmp_path):
     assert summary, out
     status, llm_calls = summary.group(1), int(summary.group(2))
     assert status == "success" and llm_calls == 2 and done.returncode == 0, out
-    assert re.search(r"^  s\d+ calculator: completed -> -?[\d.]+$", out, re.MULTILINE), out
+    assert re.search(r"^  s\d+ calculator\{.*\}: completed -> -?[\d.]+$", out, re.MULTILINE), out
     assert "note: SmolLM2-135M is a demo-sized model" in out
 
 

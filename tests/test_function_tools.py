@@ -34,7 +34,7 @@ def get_weather(location: Location, days: int = 1, unit: Unit = Unit.CELSIUS) ->
     """Look up the weather forecast
     for a city.
 
-    Uses a made-up service; this paragraph is not part of the description.
+    Uses a made-up service; this paragraph is part of the description too.
 
     Args:
         location: Where to look,
@@ -54,8 +54,9 @@ def test_decorator_builds_an_executor_with_a_schema():
     schema = get_weather.schema
     assert schema.name == "get_weather"
     assert schema.description == (
-        "Look up the weather forecast for a city. Returns: A dict with the city, the unit "
-        "and one temperature per day."
+        "Look up the weather forecast for a city.\n\nUses a made-up service; this paragraph "
+        "is part of the description too. Returns: A dict with the city, the unit and one "
+        "temperature per day."
     )
     assert schema.execution_mode == "functional"
     props = schema.input_schema["properties"]

@@ -26,7 +26,7 @@ from art.planning import (
     render_replan_messages,
 )
 from art.plans import Plan
-from art.registry import ToolRegistry
+from art.registry import ToolExampleWarning, ToolRegistry
 from art.responses import ConversationMessage, StepRecord
 from art.testing import HTTPStatus, ScriptedModel, make_run_context
 from art.tooling import IToolExecutor, ToolExample, ToolResult, ToolSchema
@@ -708,7 +708,8 @@ FORECAST = Tool(
 
 
 def test_described_examples_become_demonstration_turns_with_the_likest_last():
-    registry = ToolRegistry([SQUARE, FORECAST])
+    with pytest.warns(ToolExampleWarning, match=r"'square': examples\[1\] is left out"):
+        registry = ToolRegistry([SQUARE, FORECAST])
     turns = render_demonstrations(registry, "How warm will Paris be this weekend?")
     assert [t["role"] for t in turns] == ["user", "assistant"] * 2
     assert turns[0]["content"] == "Request: What is 12 squared?"
@@ -739,7 +740,8 @@ def test_described_examples_become_demonstration_turns_with_the_likest_last():
 
 
 def test_demonstrations_sit_between_the_instructions_and_the_request():
-    registry = ToolRegistry([SQUARE, FORECAST, CALCULATOR])
+    with pytest.warns(ToolExampleWarning):
+        registry = ToolRegistry([SQUARE, FORECAST, CALCULATOR])
     messages = render_planning_messages("What is 5 squared?", registry, [], None, now=NOW)
     assert [m["role"] for m in messages] == [
         "system",

@@ -366,6 +366,11 @@ async def test_real_suspended_and_resumed_run_gives_two_run_spans(
     runs = [s for s in exporter.get_finished_spans() if s.name == "art.run"]
     assert [r.attributes["art.status"] for r in runs] == ["suspended", "success"]
     assert runs[1].attributes.get("art.resumed") is True
+    [link] = runs[1].links  # the resumed part points at the run's first part
+    assert link.context.span_id == runs[0].context.span_id
+    assert link.context.trace_id == runs[0].context.trace_id
+    assert link.attributes["art.link"] == "resumes"
+    assert not runs[0].links
     waiting = _by_name(exporter.get_finished_spans())["art.step s1"]
     assert waiting.attributes["art.step.status"] == "waiting"
 
