@@ -1,6 +1,7 @@
-"""art's MCP client against real MCP servers nobody here wrote: mcp-server-time and
-mcp-server-git from PyPI, @modelcontextprotocol/server-everything from npm (stdio,
-Streamable HTTP, SSE). Each test plans with the scripted model and runs real tool calls."""
+"""art's MCP client against real MCP servers nobody here wrote: mcp-server-time,
+mcp-server-git and mcp-server-fetch from PyPI, @modelcontextprotocol/server-everything from
+npm (stdio, Streamable HTTP, SSE). Each test plans with the scripted model and runs real
+tool calls; tests/mcp_probe.py, an SDK server, reports what reached the server's side."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -128,6 +131,36 @@ def test_process_plans_steps_on_mcp_tools_and_gets_their_real_outputs(
     assert s3.output.startswith("Echo: Asia/Tokyo: Commit history:")  # references between MCP steps
     synthesis = model.calls_for("synthesis")[0]
     assert "Asia/Tokyo" in json.dumps(synthesis.messages)
+
+
+@pytest.fixture
+def page(tmp_path) -> Iterator[str]:
+    """A web page served on 127.0.0.1 (the fetch server's own robots.txt check gets a 404)."""
+    (tmp_path / "prices.html").write_text(
+        "<html><head><title>Shop</title></head><body><h1>Prices</h1><table>"
+        "<tr><th>item</th><th>price</th></tr><tr><td>tea</td><td>3</td></tr></table></body></html>"
+    )
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/prices.html"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_the_fetch_server_reads_a_page_as_markdown(page, scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "fetch__fetch", url=page)))
+    # Loopback addresses are refused unless allowed (the server guards against SSRF).
+    args = ["-m", "mcp_server_fetch", "--allow-private-ips"]
+    with _instance(model, {"fetch": {"command": sys.executable, "args": args}}) as inst:
+        response = inst.process("What does tea cost?", "mcp-fetch")
+    assert response.status == "success", response.content
+    assert "## Prices" in response.steps[0].output
+    assert "| tea | 3 |" in response.steps[0].output  # the HTML table, as markdown
 
 
 def test_images_come_back_as_base64_content_blocks(servers, scripted_model):
