@@ -50,8 +50,9 @@ class ExecutionConfig(ArtModel):
     llm_stream_idle_timeout_s: float = Field(60.0, gt=0)
     # The longest single wait before a retry, whatever the provider's Retry-After says.
     llm_max_retry_delay_s: float = Field(60.0, ge=0)
-    # Seconds a call may spend waiting between its retries, in all; a retry that would
-    # wait past this is not made and the last error is returned.
+    # No retry of an LLM call starts later than this many seconds after its first attempt
+    # did; the last error is returned instead. A call so takes at most this plus one
+    # attempt's llm_timeout_s.
     llm_retry_budget_s: float = Field(120.0, ge=0)
     # Stream the planning reply and start each step once its object is complete and valid.
     eager_execution: bool = False

@@ -497,7 +497,6 @@ class LLMClient:
         kwargs = self._call_kwargs(run, phase, model, sent_messages, response_format, stream)
 
         attempt = 0
-        waited_s = 0.0
         started = time.perf_counter()
         while True:
             attempt += 1
@@ -536,11 +535,11 @@ class LLMClient:
                 if (
                     not error.retryable
                     or attempt > config.llm_max_retries
-                    or waited_s + delay > config.llm_retry_budget_s
+                    # No retry starts later than the budget after the first attempt.
+                    or time.perf_counter() - started + delay > config.llm_retry_budget_s
                 ):
                     failure_log.info("llm call failed", attempts=attempt)
                     raise error from None
-                waited_s += delay
                 failure_log.info("llm call retried", attempt=attempt, delay_s=round(delay, 3))
                 await run.events.emit(
                     "error",

@@ -24,6 +24,11 @@ def client(provider: FakeProvider, **params) -> LLMClient:
     return LLMClient({"api_base": provider.openai_base, "api_key": "test-key", **params})
 
 
+def since_first_request(provider: FakeProvider) -> float:
+    """Seconds since the provider got its first request (client set-up left out)."""
+    return time.monotonic() - provider.requests[0].received_at
+
+
 def run_for(**config):
     return make_run_context(retry_backoff_s=0, **config)
 
@@ -143,9 +148,8 @@ async def test_retry_after_as_an_http_date_is_read(fake_provider):
 async def test_a_wait_beyond_the_retry_budget_fails_at_once_with_retry_after(fake_provider):
     fake_provider.queue(HTTPStatus(429, {"Retry-After": "20"}))
     run = run_for(llm_retry_budget_s=5)
-    started = time.monotonic()
     error = await failure(client(fake_provider), run)
-    assert time.monotonic() - started < 2
+    assert since_first_request(fake_provider) < 2
     assert error.code == ModelErrorCode.RATE_LIMITED and error.retry_after_s == 20
     assert len(fake_provider.requests) == 1
     assert run.stats.llm_calls == 1  # the request was made
@@ -160,14 +164,25 @@ async def test_the_wait_is_capped_by_llm_max_retry_delay_s(fake_provider):
     assert 0.2 <= second.received_at - first.received_at < 2
 
 
-async def test_the_retry_budget_bounds_the_total_wait(fake_provider):
-    fake_provider.default = HTTPStatus(429, {"retry-after-ms": "200"})
-    run = run_for(llm_max_retries=10, llm_retry_budget_s=0.5)
+async def test_the_retry_budget_bounds_the_whole_call(fake_provider):
+    fake_provider.default = HTTPStatus(429, {"retry-after-ms": "300"})
+    run = run_for(llm_max_retries=10, llm_retry_budget_s=0.8)
     error = await failure(client(fake_provider), run)
-    assert error.code == ModelErrorCode.RATE_LIMITED and error.retry_after_s == 0.2
-    # Waits of 0.2 + 0.2 fit in 0.5 s; a third would not.
+    assert error.code == ModelErrorCode.RATE_LIMITED and error.retry_after_s == 0.3
+    # Retries start at about 0.3 and 0.6 s; one at 0.9 s would pass the budget.
     assert len(fake_provider.requests) == 3
     assert run.stats.llm_calls == 3
+    assert since_first_request(fake_provider) < 1.5  # ten retries would take 3 s
+
+
+async def test_the_retry_budget_counts_attempts_that_time_out(fake_provider):
+    fake_provider.default = Hang(30)
+    run = run_for(llm_timeout_s=0.3, llm_max_retries=10, llm_retry_budget_s=0.5)
+    error = await failure(client(fake_provider), run)
+    assert error.code == ModelErrorCode.TIMEOUT
+    # Attempts at 0 and 0.3 s; a third at 0.6 s would start after the budget.
+    assert len(fake_provider.requests) == 2
+    assert since_first_request(fake_provider) < 0.5 + 0.3 + 0.5
 
 
 # -- server errors and bodies -------------------------------------------------------------
@@ -222,9 +237,8 @@ async def test_a_bad_key_is_an_authentication_error_and_the_echoed_key_is_masked
 async def test_a_hanging_server_times_out_per_attempt_and_is_retried(fake_provider):
     fake_provider.queue(Hang(30), Hang(30))
     run = run_for(llm_timeout_s=0.3, llm_max_retries=1)
-    started = time.monotonic()
     error = await failure(client(fake_provider), run)
-    assert time.monotonic() - started < 3
+    assert since_first_request(fake_provider) < 3
     assert error.code == ModelErrorCode.TIMEOUT and error.retryable
     assert len(fake_provider.requests) == 2 and run.stats.llm_calls == 2
 
@@ -232,9 +246,8 @@ async def test_a_hanging_server_times_out_per_attempt_and_is_retried(fake_provid
 async def test_a_timeout_in_llm_params_takes_precedence(fake_provider):
     fake_provider.queue(Hang(30))
     run = run_for(llm_timeout_s=100, llm_max_retries=0)
-    started = time.monotonic()
     error = await failure(client(fake_provider, timeout=0.3), run)
-    assert error.code == ModelErrorCode.TIMEOUT and time.monotonic() - started < 3
+    assert error.code == ModelErrorCode.TIMEOUT and since_first_request(fake_provider) < 3
 
 
 async def test_a_hang_shorter_than_the_timeout_is_answered(fake_provider):
