@@ -167,6 +167,15 @@ def test_display_tool(tmp_path):
 
 
 @pytest.mark.slow
+def test_eager_execution(tmp_path):
+    out = _ok(run_example("eager_execution.py", cwd=tmp_path))
+    assert "eager_execution=False: success" in out and "eager_execution=True: success" in out
+    assert re.search(r"s1 2\.1 M: arrived \+0\.0 s, started \+0\.0 s", out)
+    assert re.search(r"s3 0\.7 M: arrived \+0\.\d s", out)
+    assert "s1 started before the plan was complete: True" in out
+
+
+@pytest.mark.slow
 def test_event_ui(tmp_path):
     out = _ok(run_example("event_ui.py", cwd=tmp_path))
     lines = out.splitlines()
