@@ -8,6 +8,7 @@ The cache lives outside the checkout, in the temporary directory."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -36,11 +37,17 @@ def package_sources() -> list[BuildSource]:
 
 
 def cache_dir() -> str:
-    # one per checkout and configuration: a cache written under other options misleads mypy
-    key = f"{ROOT}\n{(ROOT / 'pyproject.toml').read_text()}"
-    return str(
-        Path(tempfile.gettempdir()) / f"art-mypy-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    )
+    """One cache per checkout, emptied when pyproject.toml changes (a cache written under
+    other options or dependencies misleads mypy)."""
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    cache = Path(tempfile.gettempdir()) / f"art-mypy-{checkout}"
+    config = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    stamp = cache / "pyproject.sha256"
+    if not stamp.is_file() or stamp.read_text() != config:
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(parents=True)
+        stamp.write_text(config)
+    return str(cache)
 
 
 def main() -> int:
