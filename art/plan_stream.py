@@ -29,8 +29,8 @@ __all__ = ["StepArrivals", "StepIntake", "StepStreamReader"]
 
 _THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
-# Only a chunk holding one of these can complete a step or start the plan object.
-_STRUCTURAL = frozenset("{}[]")
+# Only a chunk holding one of these can complete a step (its own brace, or the array's).
+_CLOSING = frozenset("}]")
 
 
 class StepStreamReader:
@@ -42,7 +42,7 @@ class StepStreamReader:
     may still grow.
     """
 
-    __slots__ = ("_closing", "_parts", "_start", "_taken", "_text")
+    __slots__ = ("_before", "_closing", "_parts", "_start", "_tail", "_taken", "_text")
 
     def __init__(self) -> None:
         self._parts: list[str] = []
@@ -50,6 +50,10 @@ class StepStreamReader:
         self._start: int | None = None  # where the plan object starts in the reply
         self._closing = "}"  # what closes the plan object around the steps array
         self._taken = 0  # elements handed out so far
+        # Once elements are taken, only the text after the last one is parsed again, behind
+        # a made-up opening: each chunk then costs the same however long the plan is.
+        self._tail: int | None = None  # where the text after the last taken element starts
+        self._before = 0  # elements taken before `_tail`
 
     @property
     def taken(self) -> int:
@@ -61,19 +65,57 @@ class StepStreamReader:
         if not text:
             return []
         self._parts.append(text)
-        if _STRUCTURAL.isdisjoint(text):
+        if _CLOSING.isdisjoint(text):
             return []
+        added_from = len(self._text)
         self._text += "".join(self._parts)
         self._parts.clear()
         steps, complete = self._read()
         if steps is None:
             return []
-        new = steps[self._taken : complete]
-        self._taken = max(self._taken, complete)
+        new = steps[self._taken - self._before : complete]
+        if new:
+            self._taken = self._before + complete
+            self._move_tail(added_from, complete)
         return new
 
+    def _candidate(self, end: int | None = None) -> str:
+        """The text to parse: the plan object, or the made-up opening and the tail."""
+        text = self._text if end is None else self._text[:end]
+        if self._tail is None:
+            return text[self._start or 0 :]
+        body = text[self._tail :].lstrip()
+        if body.startswith(","):
+            body = body[1:]
+        return _OPENINGS[self._closing] + body
+
+    def _move_tail(self, added_from: int, complete: int) -> None:
+        """Start the tail after the last element taken: its brace is among the new text."""
+        position = self._text.find("}", added_from)
+        while position >= 0:
+            try:
+                value = from_json(self._candidate(position + 1) + "]" + self._closing)
+            except ValueError:
+                value = None
+            steps = _steps_of(value)[0]
+            if steps is not None and len(steps) == complete:
+                self._tail, self._before = position + 1, self._taken
+                return
+            position = self._text.find("}", position + 1)
+        # Not found (the element ended earlier, in text not read as closing it): the
+        # tail stays where it was, which only costs time.
+
     def _read(self) -> tuple[list[Any] | None, int]:
-        """The steps array as far as it is written, and how many of its elements are done."""
+        """The steps array as far as it is written (the tail's, once there is one), and
+        how many of its elements are done."""
+        if self._tail is not None:
+            candidate = self._candidate()
+            try:
+                value = from_json(candidate, allow_partial=True)
+            except ValueError:
+                return None, 0  # damage after steps were taken: the end decides
+            steps = _steps_of(value)[0]
+            return _with_done(steps, self._last_done(candidate) if steps else False)
         text = self._text
         while True:
             start = self._find_start(text)
@@ -91,9 +133,7 @@ class StepStreamReader:
             if steps is None:
                 return None, 0
             self._start, self._closing = start, closing
-            if not steps:
-                return steps, 0
-            return steps, len(steps) if self._last_done(candidate) else len(steps) - 1
+            return _with_done(steps, self._last_done(candidate) if steps else False)
 
     def _find_start(self, text: str) -> int | None:
         """Where the plan object starts: the first `{` after any thinking (None: not yet)."""
@@ -128,6 +168,17 @@ class StepStreamReader:
             if _steps_of(value)[0] is not None:
                 return True
         return False
+
+
+# The made-up start of a plan object whose steps array is open, by what closes it.
+_OPENINGS = {"}": '{"steps":[', "}}": '{"plan":{"steps":['}
+
+
+def _with_done(steps: list[Any] | None, last_done: bool) -> tuple[list[Any] | None, int]:
+    """`steps` and how many are complete: all but the last one, which only if it is done."""
+    if not steps:
+        return steps, 0
+    return steps, len(steps) if last_done else len(steps) - 1
 
 
 def _steps_of(value: Any) -> tuple[list[Any] | None, str]:
