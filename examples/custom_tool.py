@@ -41,19 +41,12 @@ class Weather(art.IToolExecutor):
     async def execute(self, input: dict, context: art.ExecutionContext) -> art.ToolResult:
         # Input was validated against input_schema before this call.
         report = _WEATHER.get(input["city"].strip().lower())
+        # self.fail / self.ok build the ToolResult for this call (call_id, tool_name).
         if report is None:
-            return art.ToolResult(
-                call_id=context.call_id,
-                tool_name=self.schema.name,
-                status="error",
-                error=f"no weather for {input['city']!r}",
-                metadata={"error_code": "NOT_FOUND"},
-            )
-        return art.ToolResult(
-            call_id=context.call_id,
-            tool_name=self.schema.name,
-            status="success",
-            output=report,  # the data goes in `output`, nowhere else
+            return self.fail(context, f"no weather for {input['city']!r}", code="NOT_FOUND")
+        return self.ok(
+            context,
+            report,  # the data goes in `output`, nowhere else
             metadata={"sources": [{"source_name": "example weather service"}]},
         )
 

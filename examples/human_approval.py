@@ -34,11 +34,9 @@ class RequestApproval(art.IToolExecutor):
     )
 
     def execute(self, input: dict, context: art.ExecutionContext) -> art.ToolResult:
-        return art.ToolResult(
-            call_id=context.call_id,
-            tool_name=self.schema.name,
-            status="suspended",
-            output={"question": f"Approve: {input['action']} (${input['amount']:.2f})?"},
+        # A suspended result: its output is the question the manager is asked.
+        return self.ask(
+            context, {"question": f"Approve: {input['action']} (${input['amount']:.2f})?"}
         )
 
 
