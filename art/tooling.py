@@ -278,16 +278,18 @@ class IToolExecutor(ABC):
         *,
         code: str = "UNKNOWN",
         retryable: bool = False,
+        output: Any = None,
         metadata: dict[str, Any] | None = None,
     ) -> ToolResult:
         """An `error` result: `error` says what went wrong, `code` is a ToolErrorCode,
-        `retryable` lets the engine call the tool again."""
+        `retryable` lets the engine call the tool again; `output` is any partial data."""
         return ToolResult(
             call_id=context.call_id,
             tool_name=self.schema.name,
             status="error",
+            output=output,
             error=error,
-            metadata={**(metadata or {}), "error_code": code, "retryable": retryable},
+            metadata={**(metadata or {}), "error_code": str(code), "retryable": retryable},
         )
 
     def ask(self, context: ExecutionContext, question: Any = None) -> ToolResult:

@@ -104,6 +104,9 @@ async def test_result_helpers_fill_in_the_call_and_the_tool():
     )
     flaky = tool.fail(_context(), "busy", code="RATE_LIMITED", retryable=True)
     assert flaky.retryable and flaky.metadata == {"error_code": "RATE_LIMITED", "retryable": True}
+    partial = tool.fail(_context(), "cut short", output=[1, 2], metadata={"page": 3})
+    assert partial.output == [1, 2]
+    assert partial.metadata == {"page": 3, "error_code": "UNKNOWN", "retryable": False}
     asked = await ConfirmRefund().execute({}, _context())
     assert (asked.status, asked.output, asked.tool_name) == (
         "suspended",

@@ -11,13 +11,7 @@ from art.tooling import ExecutionContext, IToolExecutor, ToolResult
 def success(
     tool: IToolExecutor, context: ExecutionContext, output: Any, **metadata: Any
 ) -> ToolResult:
-    return ToolResult(
-        call_id=context.call_id,
-        tool_name=tool.schema.name,
-        status="success",
-        output=output,
-        metadata=metadata,
-    )
+    return tool.ok(context, output, metadata)
 
 
 def failure(
@@ -30,11 +24,6 @@ def failure(
     output: Any = None,
     **metadata: Any,
 ) -> ToolResult:
-    return ToolResult(
-        call_id=context.call_id,
-        tool_name=tool.schema.name,
-        status="error",
-        output=output,
-        error=message,
-        metadata={**metadata, "error_code": code.value, "retryable": retryable},
+    return tool.fail(
+        context, message, code=code.value, retryable=retryable, output=output, metadata=metadata
     )
