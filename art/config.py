@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from art._models import ArtModel
+from art.model import Model, model_name
 
 FailurePolicy = Literal["skip_dependents", "replan", "fail"]
 
@@ -142,9 +143,10 @@ class ArtInstanceConfig(ArtModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    model: str | None = None
-    planning_model: str | None = None
-    synthesis_model: str | None = None
+    # a model's name, or a Model object (art.model) that calls to its name then reach
+    model: str | Model | None = None
+    planning_model: str | Model | None = None
+    synthesis_model: str | Model | None = None
     tools: list[Any] = Field(default_factory=list)
     storage: Any = None
     execution_config: ExecutionConfig = Field(default_factory=ExecutionConfig)
@@ -199,7 +201,12 @@ class ArtInstanceConfig(ArtModel):
         return self
 
     def resolved_model(self) -> str | None:
-        return self.model or os.environ.get(MODEL_ENV) or None
+        return model_name(self.model) or os.environ.get(MODEL_ENV) or None
+
+    def model_objects(self) -> dict[str, Model]:
+        """The Model objects among `model`, `planning_model` and `synthesis_model`, by name."""
+        given = (self.model, self.planning_model, self.synthesis_model)
+        return {m.model: m for m in given if isinstance(m, Model)}
 
     def resolved_storage(self) -> Any:
         return self.storage if self.storage is not None else os.environ.get(STORAGE_ENV)

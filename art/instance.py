@@ -30,6 +30,7 @@ from art.config import ArtInstanceConfig, ExecutionConfig, ProcessOptions
 from art.context import RunContext
 from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
 from art.events import Event, EventBus, Hook, HookVeto, RunEvents
+from art.model import model_name
 from art.responses import AgentFinalResponse, ConversationMessage, RunError
 from art.run import (
     HISTORY_LIMIT,
@@ -114,8 +115,8 @@ class ArtInstance:
     def __init__(self, config: ArtInstanceConfig | None = None, **fields: Any) -> None:
         self.config = _build_config(config, fields)
         self.model = _resolve_model(self.config)
-        self.planning_model = self.config.planning_model or self.model
-        self.synthesis_model = self.config.synthesis_model or self.model
+        self.planning_model = model_name(self.config.planning_model) or self.model
+        self.synthesis_model = model_name(self.config.synthesis_model) or self.model
         from art.registry import ToolRegistry
 
         self.registry = ToolRegistry(self.config.tools)  # raises ToolRegistrationError
@@ -636,10 +637,11 @@ class ArtInstance:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""
         from art.llm import LLMClient
 
+        models = self.config.model_objects()
         if overrides:
-            return LLMClient({**self.config.llm_params, **overrides})
+            return LLMClient({**self.config.llm_params, **overrides}, models=models)
         if self._llm is None:  # built once: it scans the environment for keys to mask
-            self._llm = LLMClient(self.config.llm_params)
+            self._llm = LLMClient(self.config.llm_params, models=models)
         return self._llm
 
     def _secrets_in_use(self, opts: ProcessOptions) -> contextlib.AbstractContextManager[Any]:

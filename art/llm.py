@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode
 from art.events import HookVeto
+from art.model import LiteLLMModel, Model
 from art.redaction import environment_secrets, redact, secrets_from_params
 from art.serialization import escape_unencodable
 from art.usage import TokenUsage
@@ -443,16 +444,27 @@ class _StreamAborted(Exception):
 class LLMClient:
     """Makes the LLM calls of every phase through `litellm.acompletion`."""
 
-    def __init__(self, llm_params: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        llm_params: dict[str, Any] | None = None,
+        *,
+        models: Mapping[str, Model] | None = None,
+    ) -> None:
         self.llm_params: dict[str, Any] = {
             key: value for key, value in (llm_params or {}).items() if key not in _RESERVED_PARAMS
         }
+        # Model objects by name; any other name is litellm's (LiteLLMModel).
+        self.models: dict[str, Model] = dict(models or {})
         self._secrets = secrets_from_params(self.llm_params) | environment_secrets()
         # Models whose server refused a `response_format`: not sent to them again.
         self._plain_models: set[str] = set()
 
     def __repr__(self) -> str:
         return f"LLMClient(llm_params={redact(self.llm_params, self._secrets)!r})"
+
+    def model_for(self, name: str) -> Model:
+        """The Model that answers calls to `name`."""
+        return self.models.get(name) or LiteLLMModel(name)
 
     @property
     def secrets(self) -> frozenset[str]:
@@ -615,7 +627,9 @@ class LLMClient:
 
     async def _once(self, model: str, kwargs: dict[str, Any]) -> LLMResult:
         litellm = _litellm()
-        response = await _bounded(litellm.acompletion(**kwargs), model, kwargs["timeout"])
+        response = await _bounded(
+            self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
+        )
         choices = getattr(response, "choices", None) or []
         message = getattr(choices[0], "message", None) if choices else None
         content = escape_unencodable(getattr(message, "content", None) or "")
@@ -640,7 +654,9 @@ class LLMClient:
         on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
         litellm = _litellm()
-        response = await _bounded(litellm.acompletion(**kwargs), model, kwargs["timeout"])
+        response = await _bounded(
+            self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
+        )
         iterator = response.__aiter__()
         idle_s = run.config.llm_stream_idle_timeout_s
         last_chunk_at = time.monotonic()

@@ -85,7 +85,7 @@ def main() -> None:
         },
         synthesis="Paris is cloudy at 65.3 °F; Oslo has snow at 39.2 °F.",
     )
-    model = os.environ.get("ART_MODEL") or scripted.model
+    model = os.environ.get("ART_MODEL") or scripted  # a model name, or a Model object
 
     print("tools:")
     for tool in (Weather(), celsius_to_fahrenheit):

@@ -11,16 +11,14 @@ from typing import Any
 import pytest
 
 import art
-from art.errors import ModelError, ModelErrorCode
 from art.execution import Readiness
 from art.execution_state import ExecutionDeps
-from art.llm import LLMResult
+from art.llm import LLMClient
 from art.plan_execution import PlanExecution
 from art.plans import Plan
 from art.registry import ToolRegistry
 from art.responses import StepRecord
-from art.testing import make_run_context
-from art.usage import TokenUsage
+from art.testing import ScriptedModel, make_run_context
 
 GUARD_S = 5.0  # a deadlock shows up as a timeout, never as a hung test
 
@@ -59,22 +57,20 @@ def echo(input: dict, context: art.ExecutionContext) -> Any:
     return input.get("value")
 
 
-@dataclass
-class FakeLLM:
-    """Stands in for LLMClient in executor unit tests (the instance tests use ScriptedModel)."""
+@pytest.fixture
+def scripted_llm():
+    """`scripted_llm(step=...)`: a real LLMClient whose model "m" is a ScriptedModel object
+    (the engine's model seam), and that model, to read its calls."""
+    made: list[ScriptedModel] = []
 
-    answer: str = "reasoned"
-    error: Exception | None = None
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    def make(**script: Any) -> tuple[LLMClient, ScriptedModel]:
+        model = ScriptedModel(**script)
+        made.append(model)
+        return LLMClient(models={"m": model}), model
 
-    async def complete(self, run, *, phase, model, messages, span, **kwargs) -> LLMResult:
-        self.calls.append({"phase": phase, "model": model, "messages": messages, "span": span})
-        if self.error is not None:
-            raise self.error
-        run.stats.add_llm_call(
-            TokenUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2), None
-        )
-        return LLMResult(self.answer, TokenUsage(), None, model, "stop")
+    yield make
+    for model in made:
+        model.unregister()
 
 
 def plan_of(*steps: dict) -> Plan:
@@ -669,8 +665,8 @@ async def test_backoff_grows_exponentially():
 # -- reasoning steps and LLM assistance ---------------------------------------------------------
 
 
-async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut():
-    llm = FakeLLM(answer="the sum is 3")
+async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut(scripted_llm):
+    llm, model = scripted_llm(step="the sum is 3")
     plan = plan_of(
         step("s1", "echo", value="x" * 500),
         {"id": "s2", "description": "add things up", "tool": None, "dependsOn": ["s1"]},
@@ -684,8 +680,8 @@ async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut():
         config={"tool_result_max_length": 100},
     )
     outcome = await run_guarded(ex)
-    assert [c["phase"] for c in llm.calls] == ["step"]
-    prompt = llm.calls[0]["messages"][-1]["content"]
+    assert [c.phase for c in model.calls] == ["step"]
+    prompt = model.calls[0].messages[-1]["content"]
     assert "add things up" in prompt and "what is it?" in prompt
     assert "x" * 100 not in prompt and "truncated" in prompt
     assert outcome.outputs["s2"] == "the sum is 3"
@@ -694,16 +690,20 @@ async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut():
     assert ex.deps.run.stats.tool_calls == 1
 
 
-async def test_a_failed_reasoning_call_fails_the_step():
-    llm = FakeLLM(error=ModelError("rate limited", ModelErrorCode.RATE_LIMITED))
+async def test_a_failed_reasoning_call_fails_the_step(scripted_llm):
+    import litellm
+
+    llm, _ = scripted_llm(step=litellm.RateLimitError("rate limited", "openai", "m"))
     plan = plan_of({"id": "s1", "description": "think", "tool": None})
-    outcome = await run_guarded(executor(plan, [], llm=llm, model="m"))
+    outcome = await run_guarded(
+        executor(plan, [], llm=llm, model="m", config={"llm_max_retries": 0})
+    )
     assert outcome.records["s1"].status == "failed"
     assert "rate limited" in outcome.records["s1"].reason
 
 
 @pytest.mark.parametrize("as_json", [True, False])
-async def test_llm_assist_required_makes_one_step_call_with_the_tools_prompt(as_json):
+async def test_llm_assist_required_makes_one_step_call_with_the_tools_prompt(as_json, scripted_llm):
     import json
 
     def needs_help(input, context):
@@ -716,12 +716,12 @@ async def test_llm_assist_required_makes_one_step_call_with_the_tools_prompt(as_
             metadata={"error": "LLM_ASSIST_REQUIRED"},
         )
 
-    llm = FakeLLM(answer="a summary")
+    llm, model = scripted_llm(step="a summary")
     outcome = await run_guarded(
         executor(plan_of(step("s1", "helpme")), [FnTool("helpme", needs_help)], llm=llm, model="m")
     )
-    assert [c["phase"] for c in llm.calls] == ["step"]
-    assert llm.calls[0]["messages"][-1]["content"] == "Summarize: abc"
+    assert [c.phase for c in model.calls] == ["step"]
+    assert model.calls[0].messages[-1]["content"] == "Summarize: abc"
     assert outcome.outputs == {"s1": "a summary"}
     assert outcome.records["s1"].result.metadata["llm_assisted"] is True
 

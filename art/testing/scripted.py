@@ -159,10 +159,11 @@ class ScriptedModel:
     (chunks are sent on a fixed schedule, so the rate holds however long a consumer takes),
     and a reply not streamed then comes after as long as its stream would take.
 
+    It is a `art.model.Model`: pass it as the model, or pass its name (`model.model`).
     Use it as a context manager, or call `unregister()` when done::
 
         with ScriptedModel(planning={"steps": []}, synthesis="Hello!") as model:
-            inst = art.create_art_instance(model=model.model, storage="memory://")
+            inst = art.create_art_instance(model=model, storage="memory://")
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -251,6 +252,11 @@ class ScriptedModel:
         if self._model_info is not None:
             litellm.model_cost.pop(self.model, None)
         self._registered = False
+
+    async def acompletion(self, **request: Any) -> Any:
+        """The Model protocol (art.model): the call goes through litellm's provider
+        interface, as a call by name does, so every litellm code path runs."""
+        return await _litellm().acompletion(**{**request, "model": self.model})
 
     def __enter__(self) -> ScriptedModel:
         return self.register()
