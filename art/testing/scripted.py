@@ -245,8 +245,8 @@ class ScriptedModel:
         litellm.custom_provider_map[:] = [
             item for item in litellm.custom_provider_map if item.get("provider") != self.provider
         ]
-        if self.provider in litellm._custom_providers:
-            litellm._custom_providers.remove(self.provider)
+        # litellm's own list of custom providers keeps the name: without the public
+        # provider_list entry below, litellm refuses the model as an unknown provider.
         if self.provider in litellm.provider_list:
             litellm.provider_list.remove(self.provider)
         if self._model_info is not None:
