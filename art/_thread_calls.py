@@ -20,6 +20,10 @@ things differently:
   threads are waiting for.
 
 Not thread-safe on the loop side: one instance serves one event loop (one run).
+
+`ToolThreads` is the pool itself: daemon threads (a tool blocked forever never keeps the
+interpreter from exiting), and a call abandoned because it did not stop when cancelled
+no longer counts against `max_workers`, so stuck calls never starve healthy ones.
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
-__all__ = ["ThreadCalls"]
+__all__ = ["StuckCall", "ThreadCalls", "ToolThreads"]
 
 T = TypeVar("T")
 
@@ -43,6 +48,98 @@ HANDOFF_AFTER_S = 0.00025
 HANDOFF_WAIT_S = 0.0005
 
 _Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
+_WorkItem = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class StuckCall(asyncio.CancelledError):
+    """A cancelled call still ran in its thread `stop_grace_s` later: it was abandoned.
+    `stuck` is how many of the pool's calls are abandoned and still running."""
+
+    def __init__(self, stuck: int) -> None:
+        super().__init__(f"{stuck} abandoned call(s) still running in tool threads")
+        self.stuck = stuck
+
+
+class ToolThreads(Executor):
+    """A thread pool for plain `def` tools: daemon threads started on demand, up to
+    `max_workers` plus one for each abandoned call still running (`abandon`)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = "art-tool") -> None:
+        self._max_workers = max_workers
+        self._prefix = thread_name_prefix
+        self._queue: queue.SimpleQueue[_WorkItem | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+        self._stuck = 0
+        self._shutdown = False
+
+    @property
+    def stuck(self) -> int:
+        """Abandoned calls whose threads are still running them."""
+        return self._stuck
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._queue.put((future, fn, args, kwargs))
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < self._max_workers + self._stuck:
+                self._threads += 1
+                threading.Thread(
+                    target=self._work,
+                    name=f"{self._prefix}_{self._threads}",
+                    daemon=True,
+                ).start()
+        return future
+
+    def abandon(self, handle: Future[Any]) -> int:
+        """Stop counting the thread running `handle` against `max_workers` until the call
+        ends; the number of abandoned calls still running."""
+        with self._lock:
+            self._stuck += 1
+            stuck = self._stuck
+        handle.add_done_callback(self._unstick)
+        return stuck
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            threads = self._threads
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in range(threads):
+            self._queue.put(None)  # one stop per thread; a busy one takes it when done
+
+    def _unstick(self, _handle: Future[Any]) -> None:
+        with self._lock:
+            self._stuck -= 1
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while (item := get()) is not None:
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del item, future, fn, args, kwargs
+            with self._lock:
+                self._idle += 1
+        with self._lock:
+            self._threads -= 1
 
 
 class ThreadCalls(Executor):
@@ -72,10 +169,17 @@ class ThreadCalls(Executor):
         return self._pool.submit(fn, *args, **kwargs)
 
     # -- the engine's path ----------------------------------------------------------------
-    async def call(self, fn: Callable[[], T]) -> T:
+    async def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        stop_grace_s: float = 0.0,
+        tell_to_stop: Callable[[], None] | None = None,
+    ) -> T:
         """`fn()`, run on a pool thread. Cancelled before a thread takes it, it never runs;
-        cancelled later, its result is dropped. A pool shut down with `cancel_futures`
-        cancels the calls it drops."""
+        cancelled later, it is told to stop (`tell_to_stop`) and gets `stop_grace_s` to
+        end (its result is dropped) before it is abandoned (StuckCall). A pool shut down
+        with `cancel_futures` cancels the calls it drops."""
         loop = self._loop
         future: asyncio.Future[T] = loop.create_future()
         gate = self._pace()
@@ -89,7 +193,13 @@ class ThreadCalls(Executor):
         try:
             return await future
         except asyncio.CancelledError:
-            handle.cancel()  # still queued: it never starts
+            if handle.cancel() or handle.done():  # still queued: it never starts
+                raise
+            if tell_to_stop is not None:
+                tell_to_stop()
+            if not await self._stopped(handle, stop_grace_s):
+                abandon = getattr(self._pool, "abandon", None)
+                raise StuckCall(abandon(handle) if abandon is not None else 1) from None
             raise
 
     @property
@@ -117,6 +227,13 @@ class ThreadCalls(Executor):
             self._open(self._gate)
 
     # -- internals ------------------------------------------------------------------------
+    async def _stopped(self, handle: Future[Any], grace_s: float) -> bool:
+        """True once the thread is done with `handle`, False when not within `grace_s`."""
+        stopped: asyncio.Future[None] = self._loop.create_future()
+        handle.add_done_callback(lambda _handle: self._to_loop(_resolve, stopped))
+        await asyncio.wait((stopped,), timeout=grace_s)
+        return stopped.done()
+
     def _pace(self) -> object | None:
         """The gate this call closes (opened when a thread takes the call), or None."""
         now = time.perf_counter()
@@ -177,6 +294,11 @@ class ThreadCalls(Executor):
     def _to_loop(self, callback: Callable[..., Any], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             self._loop.call_soon_threadsafe(callback, *args)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _cancel(future: asyncio.Future[Any]) -> None:

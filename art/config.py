@@ -39,6 +39,8 @@ class ExecutionConfig(ArtModel):
     tool_result_max_length: int = Field(60_000, ge=100)
     max_concurrency: int = Field(16, ge=1)
     step_timeout_s: float | None = Field(60.0, gt=0)
+    # How long a timed-out or cancelled tool call may take to stop before it is abandoned.
+    tool_stop_grace_s: float = Field(5.0, ge=0)
     step_max_retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(0.5, ge=0)
     max_plan_attempts: int = Field(3, ge=1)

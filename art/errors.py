@@ -35,9 +35,11 @@ class ToolErrorCode(StrEnum):
     LLM_ASSIST_REQUIRED = "LLM_ASSIST_REQUIRED"
     TIMEOUT = "TIMEOUT"
     UNKNOWN = "UNKNOWN"
-    # Not in the seed: a tool that broke the ToolResult contract, and a call the run cancelled.
+    # Not in the seed: a tool that broke the ToolResult contract, a call the run cancelled,
+    # and a timed-out call that went on running past the stop grace period (abandoned).
     CONTRACT_VIOLATION = "CONTRACT_VIOLATION"
     CANCELLED = "CANCELLED"
+    NOT_STOPPED = "NOT_STOPPED"
 
 
 class ModelErrorCode(StrEnum):

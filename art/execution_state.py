@@ -115,6 +115,8 @@ class ExecutionState:
     suspensions: list[Suspension] = field(default_factory=list)
     stop: Stop | None = None
     error: RunError | None = None
+    # Why replanning failed: the run goes on as `skip_dependents` and ends `partial`.
+    replan_error: RunError | None = None
     # Finished steps of the current pass that did not complete (their dependents skip).
     unsuccessful: set[str] = field(default_factory=set)
 

@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
@@ -26,6 +25,7 @@ from pydantic import Field, ValidationError
 from art._log import get_logger
 from art._models import ArtModel
 from art._sync import Portal
+from art._thread_calls import ToolThreads
 from art.config import ArtInstanceConfig, ExecutionConfig, ProcessOptions
 from art.context import RunContext
 from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
@@ -149,7 +149,7 @@ class ArtInstance:
         self._closed = False
         self._queue: RunQueue | None = None
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
-        self._tool_pool: ThreadPoolExecutor | None = None
+        self._tool_pool: ToolThreads | None = None
         self._tool_pool_lock = threading.Lock()  # runs may start from several threads
 
     def __repr__(self) -> str:
@@ -581,7 +581,7 @@ class ArtInstance:
             await asyncio.to_thread(portal.close)
 
     # -- internals ----------------------------------------------------------------------
-    def _tool_threads(self) -> ThreadPoolExecutor | None:
+    def _tool_threads(self) -> ToolThreads | None:
         """The threads every run of this instance calls its plain `def` tools on, or None
         when it has none (tools registered on `registry` later count too). Made on first
         use; a thread is started only when no idle one is left, so the threads of one run
@@ -596,9 +596,7 @@ class ArtInstance:
             return None
         with self._tool_pool_lock:
             if self._tool_pool is None:
-                self._tool_pool = ThreadPoolExecutor(
-                    max_workers=TOOL_THREADS, thread_name_prefix="art-tool"
-                )
+                self._tool_pool = ToolThreads(TOOL_THREADS)
             return self._tool_pool
 
     def _sync(self, coro: Coroutine[Any, Any, T], *, allow_closed: bool = False) -> T:

@@ -22,21 +22,23 @@ Contract decisions (docs/tools.md explains them to tool authors):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import copy
 import functools
 import inspect
 import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 
 from art._log import get_logger
-from art._thread_calls import ThreadCalls
+from art._thread_calls import StuckCall, ThreadCalls
 from art.errors import ToolErrorCode
 from art.registry import (
     ToolEntry,
@@ -51,7 +53,7 @@ from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 if TYPE_CHECKING:
     from art.registry import ToolRegistry
 
-__all__ = ["CallTimeouts", "invoke_tool"]
+__all__ = ["DEFAULT_STOP_GRACE_S", "CallTimeouts", "NotStopped", "invoke_tool"]
 
 log = get_logger(__name__)
 _stdlib_log = logging.getLogger(__name__)
@@ -66,6 +68,8 @@ _METADATA_DATA_KEYS = ("output", "data", "result", "results", "value")
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 # Bare values and stringified leftovers kept in contract errors are cut to this size.
 _KEPT_TEXT_LENGTH = 60_000
+#: Seconds a timed-out or cancelled call may take to stop (ExecutionConfig.tool_stop_grace_s).
+DEFAULT_STOP_GRACE_S = 5.0
 
 
 class CallTimeouts:
@@ -161,6 +165,7 @@ async def invoke_tool(
     registry: ToolRegistry | None = None,
     thread_pool: Executor | None = None,
     timeouts: CallTimeouts | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> ToolResult:
     """Run one tool call and return its ToolResult; never raises (except cancellation).
 
@@ -172,7 +177,10 @@ async def invoke_tool(
     `timeout_s`, or the timeout of `timeouts` (a run's calls share one timer). On
     timeout, and when the awaiting task is cancelled, `context.cancellation` is
     cancelled so that a sync tool still running in its worker thread can notice
-    (`context.cancelled`) and stop.
+    (`context.cancelled`) and stop. A call that has not stopped `stop_grace_s` later
+    is abandoned: a timed-out one fails with NOT_STOPPED (never overlapped by a retry),
+    a cancelled one lets the cancellation go on; either way a warning names the tool.
+    The tool gets a deep copy of `args`: what it changes in them is its own.
     """
     name = _tool_name(tool)
     started = time.perf_counter()
@@ -188,19 +196,24 @@ async def invoke_tool(
             schema, is_async = checked
             task = asyncio.current_task()
             deadline = timeouts.start(task) if timeouts is not None and task is not None else None
+            own_args = _own_copy(args)
             try:
                 if is_async:
-                    raw = await tool.execute(dict(args), context)  # type: ignore[misc]  # is_async: a coroutine
-                    if type(raw) is not ToolResult and inspect.isawaitable(raw):
-                        raw = await _settled(raw)
+                    told = functools.partial(_told_to_stop, context, deadline)
+                    raw = await _in_task(tool, own_args, context, name, stop_grace_s, told)
                 else:
-                    raw = await _in_thread(tool, dict(args), context, thread_pool)
+                    tell = functools.partial(_tell_to_stop, context, deadline, timeouts)
+                    raw = await _in_thread(
+                        tool, own_args, context, name, thread_pool, stop_grace_s, tell
+                    )
             except asyncio.CancelledError as exc:
                 cancelled = _cancelled_call(exc, deadline, timeouts, task, name, context)
                 if cancelled is None:
                     raise
                 result = cancelled
-            except (Exception, SystemExit) as exc:
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                # A tool's own SystemExit/KeyboardInterrupt fails its step: raised on,
+                # it would stop the event loop's thread mid-run.
                 if deadline is not None:
                     deadline.finish()
                 result = _from_exception(tool, name, context, exc)
@@ -291,6 +304,15 @@ def _cancelled_call(
     if deadline is not None and deadline.finish():
         timeout = timeouts.timeout_s if timeouts is not None else 0.0
         context.cancellation.cancel(f"timed out after {timeout:g} s")
+        if isinstance(exc, NotStopped):
+            return _failure(
+                name,
+                context,
+                ToolErrorCode.NOT_STOPPED,
+                f"timed out after {timeout:g} s: {exc}",
+                timeout_s=timeout,
+                **({"stuck_calls": exc.stuck} if exc.stuck is not None else {}),
+            )
         return _failure(
             name,
             context,
@@ -327,20 +349,185 @@ def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> l
         return None
 
 
+class NotStopped(asyncio.CancelledError):
+    """A cancelled tool call went on running `grace_s` after it was told to stop: the
+    engine no longer waits for it. An `async def` tool's coroutine is closed (`stuck` is
+    None); a plain `def` tool's thread cannot be stopped: `stuck` counts the pool's calls
+    still running so."""
+
+    def __init__(self, tool: str, grace_s: float, stuck: int | None) -> None:
+        what = "its coroutine was closed" if stuck is None else "its thread still runs it"
+        super().__init__(
+            f"tool {tool!r} did not stop within {grace_s:g} s of being told to; abandoned ({what})"
+        )
+        self.grace_s = grace_s
+        self.stuck = stuck
+
+
+def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
+    """`args` as the tool's own: containers deep-copied, immutable scalars shared."""
+    return {
+        key: value if type(value) in _JSON_SCALARS else _deep_copy(value)
+        for key, value in args.items()
+    }
+
+
+def _deep_copy(value: Any) -> Any:
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # an uncopyable object: the tool gets it as it is
+        return value
+
+
+async def _in_task(
+    tool: IToolExecutor,
+    args: dict[str, Any],
+    context: ExecutionContext,
+    name: str,
+    grace_s: float,
+    told: Callable[[], bool],
+) -> Any:
+    """An `async def` tool's call, awaited in the caller's task. Told to stop, a call
+    that goes on waiting instead gets `grace_s` to end, then is closed (NotStopped)."""
+    raw = tool.execute(args, context)
+    if not inspect.isawaitable(raw):
+        return raw
+    result = await _Abandonable(raw.__await__(), name, grace_s, told)
+    if type(result) is not ToolResult and inspect.isawaitable(result):
+        result = await _settled(result)
+    return result
+
+
+class _Abandonable:
+    """Awaits a call as `await` would, watching for a cancellation the call ignores."""
+
+    __slots__ = ("_call", "_grace_s", "_name", "_told")
+
+    def __init__(
+        self,
+        call: Generator[Any, Any, Any],
+        name: str,
+        grace_s: float,
+        told: Callable[[], bool],
+    ) -> None:
+        self._call = call
+        self._name = name
+        self._grace_s = grace_s
+        self._told = told  # True once the engine has told the call to stop
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        call, told = self._call, self._told
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                waits_on = call.send(value) if error is None else call.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(error, asyncio.CancelledError) and told():
+                # Told to stop, it waits on: it may, for `grace_s`. (A cancellation of
+                # the tool's own, e.g. an anyio cancel scope's, is none of ours.)
+                return (yield from self._within_grace(waits_on))
+            try:
+                value, error = (yield waits_on), None
+            except GeneratorExit:
+                call.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: its cancellation
+                value, error = None, exc
+
+    def _within_grace(self, waits_on: Any) -> Generator[Any, Any, Any]:
+        """Go on with a call that ignored its cancellation until it ends or `grace_s`
+        passes; then close it (GeneratorExit where it waits) and raise NotStopped."""
+        call = self._call
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._grace_s
+        while True:
+            if not isinstance(waits_on, asyncio.Future) or loop.time() >= deadline:
+                if waits_on is None and loop.time() < deadline:
+                    yield None  # a bare yield: it lets the loop run once
+                else:
+                    self._close(waits_on)
+                    raise _not_stopped(self._name, self._grace_s, None)
+            else:
+                wake = loop.create_future()
+                timer = loop.call_at(deadline, _resolve, wake)
+                waits_on.add_done_callback(functools.partial(_woken, wake))
+                try:
+                    yield from wake
+                except BaseException:  # cancelled again while it had its grace
+                    self._close(waits_on)
+                    raise
+                finally:
+                    timer.cancel()
+                if not waits_on.done():
+                    continue  # the deadline passed: closed above
+            try:
+                waits_on = call.send(None)
+            except StopIteration as stop:
+                return stop.value
+
+    def _close(self, waits_on: Any) -> None:
+        if isinstance(waits_on, asyncio.Future):
+            waits_on.cancel()
+        with contextlib.suppress(RuntimeError):  # it ignored GeneratorExit too
+            self._call.close()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _woken(wake: asyncio.Future[None], _waited: asyncio.Future[Any]) -> None:
+    _resolve(wake)
+
+
 async def _in_thread(
     tool: IToolExecutor,
     args: dict[str, Any],
     context: ExecutionContext,
+    name: str = "",
     thread_pool: Executor | None = None,
+    grace_s: float = DEFAULT_STOP_GRACE_S,
+    tell_to_stop: Callable[[], None] | None = None,
 ) -> Any:
-    """A plain `def` tool's call, on `thread_pool` (None: the loop's default executor)."""
+    """A plain `def` tool's call, on `thread_pool` (None: the loop's default executor);
+    `tell_to_stop` signals a cancelled call that its thread should stop."""
     # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
     call = functools.partial(contextvars.copy_context().run, tool.execute, args, context)
     if isinstance(thread_pool, ThreadCalls):  # the engine's runs: see art._thread_calls
-        raw = await thread_pool.call(call)
+        try:
+            raw = await thread_pool.call(call, stop_grace_s=grace_s, tell_to_stop=tell_to_stop)
+        except StuckCall as stuck:
+            raise _not_stopped(name, grace_s, stuck.stuck) from None
     else:
         raw = await asyncio.get_running_loop().run_in_executor(thread_pool, call)
     return await _settled(raw)
+
+
+def _told_to_stop(context: ExecutionContext, deadline: _Deadline | None) -> bool:
+    """True when the call timed out or the run cancelled it (not a scope of its own)."""
+    return context.cancelled or (deadline is not None and deadline.expired)
+
+
+def _tell_to_stop(
+    context: ExecutionContext, deadline: _Deadline | None, timeouts: CallTimeouts | None
+) -> None:
+    if deadline is not None and deadline.expired and timeouts is not None:
+        context.cancellation.cancel(f"timed out after {timeouts.timeout_s:g} s")
+    else:
+        context.cancellation.cancel("cancelled")
+
+
+def _not_stopped(name: str, grace_s: float, stuck: int | None) -> NotStopped:
+    log.warning(
+        "tool did not stop when told to; abandoned",
+        tool=name,
+        grace_s=grace_s,
+        **({"stuck_calls": stuck} if stuck is not None else {}),
+    )
+    return NotStopped(name, grace_s, stuck)
 
 
 async def _settled(raw: Any) -> Any:

@@ -204,7 +204,9 @@ class Synthesize:
         record.status = "completed" if complete else "partial"
         record.answer = result.content
         record.error = (
-            RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off) if cut_off else None
+            RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off)
+            if cut_off
+            else outcome.error  # e.g. why replanning failed
         )
         run.sync_counters()
         response = build_response(

@@ -253,7 +253,9 @@ class PlanExecution:
             runner.close()
 
     async def _replan(self) -> bool:
-        """Ask the planner for a new plan; False when the run must end as it is."""
+        """Ask the planner for a new plan; True when a pass follows: over the new plan, or
+        over the old one as `skip_dependents` when replanning failed (the run then ends
+        `partial`, its completed steps kept for the answer)."""
         deps, state = self.deps, self.state
         failures = [r for r in state.records.values() if r.status == "failed"]
         assert deps.planner is not None  # the replan policy needs one
@@ -262,17 +264,19 @@ class PlanExecution:
                 deps.run, deps.query, deps.history, state.plan, dict(state.records)
             )
         except PlanError as exc:
-            state.stop = Stop.FAILED
-            state.error = RunError(
+            state.replan_error = RunError(
                 code=RunErrorCode.PLAN_INVALID,
                 message=f"replanning failed: {exc.message}",
                 problems=list(exc.problems),
             )
-            return False
+            log.warning("replanning failed; the run goes on without it", error=exc.message)
+            return True
         except ModelError as exc:
-            state.stop = Stop.FAILED
-            state.error = RunError(code=str(exc.code), message=exc.message)
-            return False
+            state.replan_error = RunError(
+                code=str(exc.code), message=f"replanning failed: {exc.message}"
+            )
+            log.warning("replanning failed; the run goes on without it", error=exc.message)
+            return True
         state.replans += 1
         previous = state.plan
         state.plan = new_plan
@@ -330,7 +334,7 @@ class PlanExecution:
             records=ordered,
             suspensions=list(state.suspensions),
             replans=state.replans,
-            error=state.error if status in ("failed", "cancelled") else None,
+            error=state.error if status in ("failed", "cancelled") else state.replan_error,
         )
         return outcome, counts
 

@@ -57,7 +57,12 @@ class Replan:
     has_planner: bool
 
     def after_failure(self, record: StepRecord, state: ExecutionState) -> Verdict | None:
-        if self.has_planner and state.replans < self.max_replans and state.stop is None:
+        if (
+            self.has_planner
+            and state.replans < self.max_replans
+            and state.stop is None
+            and state.replan_error is None
+        ):
             return Verdict(Stop.REPLAN)
         return None
 

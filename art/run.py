@@ -19,11 +19,11 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from art._log import get_logger
+from art._thread_calls import ToolThreads
 from art.config import ExecutionConfig, Persona, ProcessOptions
 from art.context import RunContext, RunStats
 from art.errors import ConfigurationError, ModelError, RunErrorCode, SuspensionError
@@ -78,7 +78,7 @@ class RunDeps:
     model: str  # reasoning steps and tools that ask for the model's help
     synthesis_model: str
     persona: Persona
-    tool_threads: ThreadPoolExecutor | None  # where plain `def` tools run
+    tool_threads: ToolThreads | None  # where plain `def` tools run
 
     @property
     def registry(self) -> ToolRegistry:

@@ -20,16 +20,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from art._log import get_logger
 from art._models import trusted
-from art._thread_calls import ThreadCalls
+from art._thread_calls import ThreadCalls, ToolThreads
 from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
 from art.events import EventBus, HookVeto, RunEvents
 from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
-from art.invocation import CallTimeouts, invoke_tool
+from art.invocation import CallTimeouts, NotStopped, invoke_tool
 from art.references import resolve_references
 from art.responses import RunError, StepRecord, utcnow
 from art.serialization import context_text, safe_stringify
@@ -53,6 +52,7 @@ _NOT_RETRIED = frozenset(
         ToolErrorCode.VALIDATION_ERROR.value,
         ToolErrorCode.CONTRACT_VIOLATION.value,
         ToolErrorCode.CANCELLED.value,
+        ToolErrorCode.NOT_STOPPED.value,
         ToolErrorCode.CONFIG_ERROR.value,
         ToolErrorCode.PERMISSION_DENIED.value,
     }
@@ -80,6 +80,7 @@ class CallResources:
         config = deps.run.config
         self.timeouts = CallTimeouts(config.step_timeout_s) if config.step_timeout_s else None
         self._max_concurrency = config.max_concurrency
+        self.stop_grace_s = config.tool_stop_grace_s
         self._pool = deps.thread_pool
         self._owns_pool = False
         self.thread_calls: ThreadCalls | None = None  # this phase's way onto the pool
@@ -89,9 +90,7 @@ class CallResources:
         if self.thread_calls is None:
             if self._pool is None:
                 self._owns_pool = True
-                self._pool = ThreadPoolExecutor(
-                    max_workers=self._max_concurrency, thread_name_prefix="art-tool"
-                )
+                self._pool = ToolThreads(self._max_concurrency)
             self.thread_calls = ThreadCalls(self._pool)
         return self.thread_calls
 
@@ -281,10 +280,14 @@ class ToolCaller:
                 registry=deps.registry,
                 thread_pool=None if entry.is_async else self._resources.blocking_calls(),
                 timeouts=self._resources.timeouts,
+                stop_grace_s=self._resources.stop_grace_s,
             )
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             # The run cancelled the call (a `fail` policy, `inst.cancel`): it still ends.
-            cancelled = _cancelled_result(call_id, name, token.reason)
+            why = token.reason
+            if isinstance(exc, NotStopped):
+                why = f"{why or 'cancelled'}; {exc}"
+            cancelled = _cancelled_result(call_id, name, why)
             _update(record, result=cancelled)
             await call.finish(relay, cancelled, args)
             raise
