@@ -311,7 +311,7 @@ def _cancelled_call(
                 ToolErrorCode.NOT_STOPPED,
                 f"timed out after {timeout:g} s: {exc}",
                 timeout_s=timeout,
-                **({"stuck_calls": exc.stuck} if exc.stuck is not None else {}),
+                base_metadata={"stuck_calls": exc.stuck} if exc.stuck is not None else None,
             )
         return _failure(
             name,
