@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 
 import typer
 
+from art._cli_checks import positive_seconds
+
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.text import Text
@@ -120,6 +122,7 @@ TimeoutOption = Annotated[
         metavar="SECONDS",
         help="Seconds one LLM call attempt may take (default: $ART_TIMEOUT, else 90).",
         show_default=False,
+        callback=positive_seconds,
     ),
 ]
 JsonOption = Annotated[
@@ -533,7 +536,9 @@ def mcp_command(
     host: Annotated[str, typer.Option("--host", help="Address to listen on (--http).")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option("--port", help="Port (--http; 0: any free one).")] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port (--http; 0: any free one).")
+    ] = 8000,
     path: Annotated[str, typer.Option("--path", help="URL path (--http).")] = "/mcp",
 ) -> None:
     """Serve this agent as an MCP server: its query, plan and suspension tools, over stdio

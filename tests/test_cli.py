@@ -618,3 +618,33 @@ def test_console_script_is_installed():
     done = subprocess.run([found, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert "Exit codes: 0 success" in done.stdout
+
+
+NUMERIC_OPTIONS = [
+    # (command and its other arguments, option, a value out of range)
+    (("run", "q"), "--timeout", "0"),
+    (("run", "q"), "--timeout", "-5"),
+    (("run", "q"), "--timeout", "nan"),
+    (("plan", "q"), "--timeout", "inf"),
+    (("resume", "t", "--approve"), "--timeout", "0"),
+    (("threads",), "--limit", "0"),
+    (("serve",), "--port", "70000"),
+    (("serve",), "--port", "-1"),
+    (("mcp", "--http"), "--port", "65536"),
+    (("submit", "q", "--wait"), "--timeout", "-1"),
+    (("worker",), "--concurrency", "0"),
+    (("worker",), "--heartbeat", "0"),
+    (("worker",), "--stalled-after", "-2"),
+    (("worker",), "--shutdown-timeout", "-1"),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "value"), NUMERIC_OPTIONS)
+def test_a_numeric_option_out_of_range_is_a_usage_error_before_anything_runs(
+    invoke, db, command, option, value
+):
+    result = invoke(*command, "--storage", db, option, value)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert f"Invalid value for '{option}'" in result.output
+    assert "Traceback" not in result.output
+    assert not os.path.exists(db.removeprefix("sqlite:///"))  # nothing was stored or queued

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from art._cli_checks import non_negative_seconds, positive_seconds
 from art.cli import (
     EXIT_ERROR,
     EXIT_OK,
@@ -56,7 +57,12 @@ def submit(
     ] = False,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", metavar="S", help="With --wait: give up after S seconds."),
+        typer.Option(
+            "--timeout",
+            metavar="S",
+            help="With --wait: give up after S seconds.",
+            callback=positive_seconds,
+        ),
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -114,17 +120,23 @@ def worker(
     queue: QueueOption = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", metavar="N", help="Runs at a time (default 8)."),
+        typer.Option("--concurrency", "-c", metavar="N", min=1, help="Runs at a time (default 8)."),
     ] = None,
     heartbeat: Annotated[
         float | None,
-        typer.Option("--heartbeat", metavar="S", help="Heartbeat interval (default 2 s)."),
+        typer.Option(
+            "--heartbeat",
+            metavar="S",
+            help="Heartbeat interval (default 2 s).",
+            callback=positive_seconds,
+        ),
     ] = None,
     stalled_after: Annotated[
         float | None,
         typer.Option(
             "--stalled-after",
             metavar="S",
+            callback=positive_seconds,
             help="A worker silent this long is dead; its runs are taken over (default 10 s).",
         ),
     ] = None,
@@ -133,6 +145,7 @@ def worker(
         typer.Option(
             "--shutdown-timeout",
             metavar="S",
+            callback=non_negative_seconds,
             help="On SIGTERM, let running runs end for S seconds, then hand them back "
             "(default 30 s).",
         ),

@@ -20,7 +20,10 @@ def serve_command(
         ),
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("--port", "-p", metavar="PORT", help="Port (0: a free one).")
+        int,
+        typer.Option(
+            "--port", "-p", metavar="PORT", min=0, max=65535, help="Port (0: a free one)."
+        ),
     ] = 8000,
     model: Annotated[
         str | None,
