@@ -165,6 +165,31 @@ def test_operators_on_lists_are_refused_before_anything_is_allocated(expression)
     assert peak < 1_000_000, f"{expression!r} allocated {peak:,} bytes"
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        '"a" * 10**9',
+        "(0,) * 10**9",
+        "[[0] * 9] * 9",
+        'f"{9**9**9}"',
+        "sum(range(10**9))",
+        "max(*[1] * 10**9)",
+        "[x for x in [1]] * 10**9",
+    ],
+)
+def test_strings_and_sequences_are_never_built_large(expression):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(CalculatorError):
+            evaluate(expression)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"{expression!r} allocated {peak:,} bytes"
+
+
 def test_big_but_bounded_integers_are_exact():
     assert evaluate("2 ** 9000") == 2**9000
     assert evaluate("factorial(1000)") == math.factorial(1000)
