@@ -20,6 +20,10 @@ TIMEOUT_ENV = "ART_TIMEOUT"
 # Long enough for a planning call of a large model, short enough that a hung server
 # fails the attempt instead of holding the run for the SDK's 600 s.
 DEFAULT_LLM_TIMEOUT_S = 90.0
+DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S = 60.0
+# Models art runs in this process (art.adapters.local): no network to hang, and a CPU model
+# may load and write a plan for minutes, so the provider defaults above do not apply.
+IN_PROCESS_MODEL_PREFIX = "local/"
 
 
 class BufferConfig(ArtModel):
@@ -47,15 +51,17 @@ class ExecutionConfig(ArtModel):
     max_replans: int = Field(1, ge=0)
     on_step_failure: FailurePolicy = "skip_dependents"
     llm_max_retries: int = Field(3, ge=0)
-    # Seconds one LLM call attempt may take (a `timeout` in llm_params takes precedence).
-    llm_timeout_s: float = Field(DEFAULT_LLM_TIMEOUT_S, gt=0)
-    # A streamed call fails when no chunk arrives for this many seconds.
-    llm_stream_idle_timeout_s: float = Field(60.0, gt=0)
+    # Seconds one LLM call attempt may take (a `timeout` in llm_params takes precedence);
+    # None: DEFAULT_LLM_TIMEOUT_S for a provider, no limit for an in-process model.
+    llm_timeout_s: float | None = Field(None, gt=0)
+    # A streamed call fails when no chunk arrives for this many seconds; None:
+    # DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S for a provider, no limit for an in-process model.
+    llm_stream_idle_timeout_s: float | None = Field(None, gt=0)
     # The longest single wait before a retry, whatever the provider's Retry-After says.
     llm_max_retry_delay_s: float = Field(60.0, ge=0)
     # No retry of an LLM call starts later than this many seconds after its first attempt
     # did; the last error is returned instead. A call so takes at most this plus one
-    # attempt's llm_timeout_s.
+    # attempt's time limit.
     llm_retry_budget_s: float = Field(120.0, ge=0)
     # Stream the planning reply and start each step once its object is complete and valid.
     eager_execution: bool = False
@@ -70,6 +76,18 @@ class ExecutionConfig(ArtModel):
         data = self.model_dump()
         data.update(ExecutionConfig.model_validate(overrides).model_dump(exclude_unset=True))
         return ExecutionConfig.model_validate(data)
+
+    def llm_time_limits(self, model: str) -> tuple[float | None, float | None]:
+        """Seconds an attempt on `model` may take, and may go without a streamed chunk.
+
+        None is no limit: the defaults of an in-process model, whose call has no network
+        to hang on and may take minutes on a CPU.
+        """
+        if model.startswith(IN_PROCESS_MODEL_PREFIX):
+            return self.llm_timeout_s, self.llm_stream_idle_timeout_s
+        attempt = DEFAULT_LLM_TIMEOUT_S if self.llm_timeout_s is None else self.llm_timeout_s
+        idle = self.llm_stream_idle_timeout_s
+        return attempt, DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S if idle is None else idle
 
 
 class Persona(ArtModel):

@@ -617,7 +617,7 @@ class LLMClient:
             extra_body["metadata"] = {**(extra_body.get("metadata") or {}), **metadata}
             kwargs["extra_body"] = extra_body
         kwargs.setdefault("max_retries", 0)  # art retries; the provider SDK must not as well
-        kwargs.setdefault("timeout", run.config.llm_timeout_s)
+        kwargs.setdefault("timeout", run.config.llm_time_limits(model)[0])
         if response_format is not None and model not in self._plain_models:
             kwargs["response_format"] = response_format
         if stream:
@@ -658,7 +658,7 @@ class LLMClient:
             self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
         )
         iterator = response.__aiter__()
-        idle_s = run.config.llm_stream_idle_timeout_s
+        idle_s = run.config.llm_time_limits(model)[1]
         last_chunk_at = time.monotonic()
         chunk_events = any(run.events.wants(name) for name in _STREAM_EVENTS)
         buffer = StreamBuffer(run.config.buffer)
@@ -694,13 +694,13 @@ class LLMClient:
                     pending = asyncio.ensure_future(_next_chunk(iterator))
                 # Wake for a time flush even while the provider is silent, and when the
                 # stream has been silent too long.
-                idle_left = last_chunk_at + idle_s - time.monotonic()
-                due = buffer.due_in()
+                idle_left = None if idle_s is None else last_chunk_at + idle_s - time.monotonic()
+                wakes = [s for s in (buffer.due_in(), idle_left) if s is not None]
                 done, _ = await asyncio.wait(
-                    {pending}, timeout=max(0.0, idle_left if due is None else min(due, idle_left))
+                    {pending}, timeout=max(0.0, min(wakes)) if wakes else None
                 )
                 if not done:
-                    if time.monotonic() - last_chunk_at >= idle_s:
+                    if idle_s is not None and time.monotonic() - last_chunk_at >= idle_s:
                         raise ModelError(
                             f"{model}: no streamed chunk for {idle_s:g} s "
                             "(llm_stream_idle_timeout_s)",
@@ -822,7 +822,7 @@ def _provider_sent_no_finish_reason(response: Any) -> bool:
 async def _bounded(call: Awaitable[Any], model: str, limit_s: Any) -> Any:
     """`call`, failed with TIMEOUT after `limit_s` seconds (not a number: no bound here)."""
     if not isinstance(limit_s, int | float) or isinstance(limit_s, bool):
-        return await call  # an httpx.Timeout from llm_params: the provider SDK applies it
+        return await call  # no limit, or an httpx.Timeout the provider SDK applies
     try:
         async with asyncio.timeout(float(limit_s)):
             return await call

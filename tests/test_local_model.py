@@ -321,6 +321,31 @@ async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_mode
     assert response.content.strip()
 
 
+# A CPU model may load and plan for longer than a provider's default time limit (seen on a
+# loaded machine: the planning call timed out at 90 s and ran again), so that default does
+# not apply to it; a limit set explicitly does.
+@pytest.mark.slow
+async def test_the_provider_time_limit_does_not_apply_to_the_local_model(demo_model, monkeypatch):
+    import art
+    import art.config
+    from art.tools import Calculator
+
+    monkeypatch.setattr(art.config, "DEFAULT_LLM_TIMEOUT_S", 0.001)
+    monkeypatch.setattr(art.config, "DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S", 0.001)
+    params = {"temperature": 0, "seed": 0, "max_tokens": 192}
+    query = "Compute 17 * 23, then add 12 to the result."
+    async with art.create_art_instance(
+        model=demo_model, tools=[Calculator()], storage="memory://", llm_params=params
+    ) as instance:
+        unlimited = await instance.aprocess(query, "default-limits")
+        options = {"execution_config": {"llm_timeout_s": 0.5, "llm_max_retries": 0}}
+        limited = await instance.aprocess(query, "explicit-limit", options)
+
+    # With the 1 ms provider defaults applied, every attempt would have timed out.
+    assert unlimited.metadata.status == "success", unlimited.metadata.error
+    assert limited.metadata.error is not None and limited.metadata.error.code == "TIMEOUT"
+
+
 # The same run with eager execution: the local model streams its plan (grammar-constrained
 # JSON, greedy), steps start from the stream, and the outcome is the whole-plan run's.
 @pytest.mark.slow

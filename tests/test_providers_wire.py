@@ -134,7 +134,7 @@ async def test_the_timeout_can_be_set_for_one_call(fake_provider):
     async with instance(fake_provider) as inst:
         options = {"execution_config": {"llm_timeout_s": 0.3, "llm_max_retries": 0}}
         resp = await inst.aprocess(QUERY, "t", options)
-    assert inst.config.execution_config.llm_timeout_s == 90
+    assert inst.config.execution_config.llm_timeout_s is None  # the instance keeps its own
     assert resp.metadata.error.code == "TIMEOUT" and "0.3 s" in resp.metadata.error.message
 
 
@@ -149,8 +149,16 @@ def test_explicit_settings_win_over_the_environment(fake_provider, monkeypatch):
 
 def test_the_default_timeout_is_finite_and_suits_planning_calls():
     config = art.ExecutionConfig()
-    assert 60 <= config.llm_timeout_s <= 120
-    assert config.llm_stream_idle_timeout_s > 0 and config.llm_retry_budget_s > 0
+    attempt_s, idle_s = config.llm_time_limits("openai/gpt-4o-mini")
+    assert 60 <= attempt_s <= 120
+    assert idle_s > 0 and config.llm_retry_budget_s > 0
+
+
+def test_an_in_process_model_has_no_default_time_limit_but_takes_an_explicit_one():
+    assert art.ExecutionConfig().llm_time_limits("local/smollm2") == (None, None)
+    explicit = art.ExecutionConfig(llm_timeout_s=300, llm_stream_idle_timeout_s=30)
+    assert explicit.llm_time_limits("local/smollm2") == (300, 30)
+    assert explicit.llm_time_limits("openai/gpt-4o-mini") == (300, 30)
 
 
 @pytest.mark.parametrize(
