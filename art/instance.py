@@ -26,7 +26,12 @@ from art._log import get_logger
 from art._models import ArtModel
 from art._sync import Portal
 from art._thread_calls import ToolThreads
-from art.config import ArtInstanceConfig, ExecutionConfig, ProcessOptions
+from art.config import (
+    IN_PROCESS_MODEL_PREFIX,
+    ArtInstanceConfig,
+    ExecutionConfig,
+    ProcessOptions,
+)
 from art.context import RunContext
 from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
 from art.events import Event, EventBus, Hook, HookVeto, RunEvents
@@ -318,7 +323,7 @@ class ArtInstance:
         from art.chat_client import chat_messages
 
         model = model or self.model
-        if model.startswith("local/"):
+        if model.startswith(IN_PROCESS_MODEL_PREFIX):
             import art.adapters.local  # noqa: F401 - registers the provider with litellm
         return model, chat_messages(messages, system_prompt)
 
@@ -619,7 +624,7 @@ class ArtInstance:
             self._opened = True
         if not self._providers_ready:
             models = (self.model, self.planning_model, self.synthesis_model)
-            if any(m.startswith("local/") for m in models):
+            if any(m.startswith(IN_PROCESS_MODEL_PREFIX) for m in models):
                 import art.adapters.local  # noqa: F401 - registers the provider with litellm
             self._providers_ready = True
         if self._mcp is not None:
