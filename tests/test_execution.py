@@ -18,7 +18,7 @@ from art.plan_execution import PlanExecution
 from art.plans import Plan
 from art.registry import ToolRegistry
 from art.responses import StepRecord
-from art.testing import ScriptedModel, make_run_context
+from art.testing import HTTPStatus, ScriptedModel, make_run_context
 
 GUARD_S = 5.0  # a deadlock shows up as a timeout, never as a hung test
 
@@ -690,13 +690,12 @@ async def test_a_reasoning_step_makes_one_step_call_with_its_inputs_cut(scripted
     assert ex.deps.run.stats.tool_calls == 1
 
 
-async def test_a_failed_reasoning_call_fails_the_step(scripted_llm):
-    import litellm
-
-    llm, _ = scripted_llm(step=litellm.RateLimitError("rate limited", "openai", "m"))
+async def test_a_failed_reasoning_call_fails_the_step(fake_provider):
+    fake_provider.queue(HTTPStatus(429, message="rate limited"))
+    llm = LLMClient({"api_base": fake_provider.openai_base, "api_key": "test-key"})
     plan = plan_of({"id": "s1", "description": "think", "tool": None})
     outcome = await run_guarded(
-        executor(plan, [], llm=llm, model="m", config={"llm_max_retries": 0})
+        executor(plan, [], llm=llm, model="openai/m", config={"llm_max_retries": 0})
     )
     assert outcome.records["s1"].status == "failed"
     assert "rate limited" in outcome.records["s1"].reason
