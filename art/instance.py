@@ -692,7 +692,9 @@ class ArtInstance:
         """Drive `run`, reachable by `cancel` while it runs."""
         self._active[run.thread_id] = run
         try:
-            return await run.drive(start_data, resumed=resumed)
+            # In a task of its own, so what the run makes current in its context (its
+            # tracing span) ends with it; cancelling this call cancels the task.
+            return await asyncio.create_task(run.drive(start_data, resumed=resumed))
         finally:
             if self._active.get(run.thread_id) is run:
                 del self._active[run.thread_id]

@@ -38,6 +38,7 @@ from art.responses import (
 )
 from art.spans import SpanContext, new_trace_id
 from art.state import RunRecord, StorageAdapter, Suspension
+from art.tracing import current_traceparent
 
 if TYPE_CHECKING:
     from art.llm import LLMClient
@@ -168,7 +169,14 @@ class Run:
         from art.phases import Fail, run_phases, session_end_data
 
         state = self.state
-        await self.emit("session:start", {"query": state.record.query, **start_data})
+        record = state.record
+        start = {"query": record.query, **start_data}
+        if record.trace_parent is not None:  # a later part of the run
+            start["trace_parent"] = record.trace_parent
+        await self.emit("session:start", start)
+        if record.trace_parent is None:
+            # Stored with the record (at the plan, at the latest), for a resume elsewhere.
+            record.trace_parent = current_traceparent()
         if resumed is not None:
             await self.emit(
                 "resumed",

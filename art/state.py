@@ -33,6 +33,9 @@ class RunRecord(ArtModel):
     thread_id: str
     trace_id: str
     query: str
+    # The W3C traceparent of the OpenTelemetry span current when the run's first part
+    # started (its `art.run` span under `enable_tracing`): later parts link to it.
+    trace_parent: str | None = None
     status: RunState = "running"
     user_id: str | None = None
     session_id: str | None = None

@@ -14,6 +14,7 @@ per LLM call). Start and end times are the events' timestamps.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -109,8 +110,6 @@ class SpanMapper:
         self._plan_keys: dict[str, str] = {}  # run key -> key of its open plan span
         # Ended spans' OTel contexts, so a late child (after a resume) keeps its parent.
         self._ended: OrderedDict[str, Any] = OrderedDict()
-        # Each run's first run span, which the run span of a resume links to.
-        self._first_run_spans: OrderedDict[str, Any] = OrderedDict()
 
     # -- entry point --------------------------------------------------------------
     def handle(self, event: Event) -> None:
@@ -143,17 +142,16 @@ class SpanMapper:
         links: list[Any] = []
         if data.get("resumed") or data.get("suspension_id"):
             attributes["art.resumed"] = True
-            first = self._first_run_spans.get(event.run_id or "")
-            if first is not None:  # the run's first part, recorded by this subscription
-                links.append(self._trace.Link(first, {"art.link": "resumes"}))
+        first = _span_context_of(data.get("trace_parent"))
+        if first is not None:  # a later part: link to the span the run's first part had
+            links.append(self._trace.Link(first, {"art.link": "resumes"}))
         key = span.span_id
         self._start(key, "run", "art.run", event, span, attributes, parent_key=None, links=links)
         if event.run_id:
             self._run_span_ids[event.run_id] = key
-            if event.run_id not in self._first_run_spans:
-                self._first_run_spans[event.run_id] = self._entries[key].span.get_span_context()
-                while len(self._first_run_spans) > _REMEMBERED_ENDED_SPANS:
-                    self._first_run_spans.popitem(last=False)
+        # Current in the run's task, so the run records this span's traceparent for its
+        # later parts, and spans the application opens during the run nest under it.
+        self._make_current(key)
 
     def _on_session_end(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
         key = self._run_key(event, span)
@@ -481,6 +479,37 @@ def _reset_quietly(token: Any) -> None:
     # another task leaves that task's context as it was, which is harmless.
     with contextlib.suppress(AttributeError, ValueError, RuntimeError):
         token.var.reset(token)
+
+
+def current_traceparent() -> str | None:
+    """The W3C traceparent of the current OpenTelemetry span, or None when there is none
+    (or OpenTelemetry was never imported, as without tracing)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def _span_context_of(traceparent: object) -> Any:
+    """The remote OTel SpanContext a W3C traceparent names, or None if it is not one."""
+    if not isinstance(traceparent, str):
+        return None
+    parts = traceparent.split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    trace = _require_otel()
+    context = trace.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags)
+    )
+    return context if context.is_valid else None
 
 
 def _ns(timestamp: datetime) -> int:

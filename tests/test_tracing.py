@@ -221,9 +221,11 @@ async def test_tool_span_is_current_while_the_tool_runs(provider, exporter):
     with provider.get_tracer("client").start_as_current_span("GET example.org"):
         pass
     await run.emit("tool:update", {**call, "stage": "end"}, tool_span)
-    assert trace.get_current_span() is trace.INVALID_SPAN  # restored after the tool
+    current = trace.get_current_span()  # the run's span again after the tool
     await run.emit("session:end", {}, run.span)
+    assert trace.get_current_span() is trace.INVALID_SPAN  # and nothing after the run
     by_name = _by_name(exporter.get_finished_spans())
+    assert current.get_span_context() == by_name["art.run"].context
     assert _parent_id(by_name["GET example.org"]) == by_name["art.tool http_get"].context.span_id
 
 
@@ -387,3 +389,165 @@ def test_span_ids_are_16_hex_digits_unique_and_children_keep_the_trace():
     grandchild = children[0].child()
     assert grandchild.parent_span_id == children[0].span_id
     assert grandchild == SpanContext.model_validate(grandchild.model_dump())  # a valid model
+
+
+_ASK_THEN_ADD = {
+    "title": "Ask first",
+    "steps": [
+        {"id": "s1", "tool": "ask_human", "args": {"question": "ok?"}},
+        {"id": "s2", "tool": "calculator", "args": {"expression": "1+1"}, "dependsOn": ["s1"]},
+    ],
+}
+
+
+def _traceparent(span):
+    context = span.context
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+async def test_a_resume_by_another_instance_links_to_the_first_part_through_storage(
+    tmp_path, scripted_model
+):
+    """Two instances with their own tracing share nothing but the database, as two
+    processes do: the resumed part's span still links to the first part's."""
+    from art.tools import AskHuman, Calculator
+
+    model = scripted_model(planning=_ASK_THEN_ADD, synthesis="done")
+    storage = f"sqlite:///{tmp_path / 'runs.db'}"
+    exporters = []
+    for part in ("first", "resume"):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        exporters.append(exporter)
+        async with art.create_art_instance(
+            model=model, tools=[AskHuman(), Calculator()], storage=storage
+        ) as inst:
+            enable_tracing(inst, provider)
+            if part == "first":
+                first = await inst.aprocess("q", "trace-t3")
+                assert first.status == "suspended"
+                stored = await inst.storage.get_run(first.metadata.run_id)
+            else:
+                second = await inst.aresume_execution(
+                    "trace-t3", first.metadata.suspension_id, True
+                )
+    assert second.status == "success"
+
+    [first_span] = [s for s in exporters[0].get_finished_spans() if s.name == "art.run"]
+    [second_span] = [s for s in exporters[1].get_finished_spans() if s.name == "art.run"]
+    assert stored.trace_parent == _traceparent(first_span)
+    [link] = second_span.links
+    assert link.context.trace_id == first_span.context.trace_id
+    assert link.context.span_id == first_span.context.span_id
+    assert link.attributes["art.link"] == "resumes"
+    assert second_span.attributes["art.trace_id"] == first_span.attributes["art.trace_id"]
+
+
+async def test_a_run_span_is_current_during_the_run_and_not_after(
+    provider, exporter, scripted_model
+):
+    """Spans the application opens during a run (in a hook here) nest under its run span;
+    the caller's context is as it was once the call returns."""
+    model = scripted_model(planning={"title": "nothing", "steps": []}, synthesis="done")
+    opened = []
+
+    async with art.create_art_instance(model=model, storage="memory://") as inst:
+        enable_tracing(inst, provider)
+
+        def on_plan(data, context):
+            with provider.get_tracer("app").start_as_current_span("app work") as span:
+                opened.append(span)
+
+        inst.events.on("plan:created", on_plan)
+        await inst.aprocess("q", "trace-t4")
+        assert trace.get_current_span() is trace.INVALID_SPAN
+    by_name = _by_name(exporter.get_finished_spans())
+    assert _parent_id(by_name["app work"]) == by_name["art.run"].context.span_id
+
+
+@pytest.mark.parametrize(
+    "traceparent", ["", "00-xyz", "01-" + "1" * 32 + "-" + "2" * 16 + "-01", "00-" + "0" * 49, 7]
+)
+async def test_a_malformed_stored_traceparent_gives_no_link(provider, exporter, traceparent):
+    bus = EventBus()
+    enable_tracing(SimpleNamespace(events=bus), provider)
+    run = FakeRun(bus)
+    await run.emit("session:start", {"resumed": True, "trace_parent": traceparent}, run.span)
+    await run.emit("session:end", {"status": "success"}, run.span)
+    [span] = exporter.get_finished_spans()
+    assert span.attributes["art.resumed"] is True
+    assert not span.links
+
+
+_FIRST_PART_IN_ANOTHER_PROCESS = """
+import json, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import art
+from art.testing import ScriptedModel
+from art.tools import AskHuman, Calculator
+from art.tracing import enable_tracing
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+model = ScriptedModel(planning=json.loads(sys.argv[2]), synthesis="done")
+with art.create_art_instance(
+    model=model, tools=[AskHuman(), Calculator()], storage=sys.argv[1]
+) as inst:
+    tracing = enable_tracing(inst, provider)
+    resp = inst.process("q", "trace-t5")
+[span] = [s for s in exporter.get_finished_spans() if s.name == "art.run"]
+print(json.dumps({
+    "status": resp.status,
+    "suspension_id": resp.metadata.suspension_id,
+    "trace_id": span.context.trace_id,
+    "span_id": span.context.span_id,
+}))
+"""
+
+
+@pytest.mark.slow
+async def test_a_run_resumed_in_another_process_links_to_its_first_part(
+    tmp_path, provider, exporter, scripted_model
+):
+    import json
+    import subprocess
+
+    from art.tools import AskHuman, Calculator
+
+    storage = f"sqlite:///{tmp_path / 'runs.db'}"
+    argv = [
+        sys.executable,
+        "-c",
+        _FIRST_PART_IN_ANOTHER_PROCESS,
+        storage,
+        json.dumps(_ASK_THEN_ADD),
+    ]
+    child = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, timeout=120, check=True
+    )
+    first = json.loads(child.stdout.strip().splitlines()[-1])
+    assert first["status"] == "suspended"
+
+    model = scripted_model(planning=_ASK_THEN_ADD, synthesis="done")
+    async with art.create_art_instance(
+        model=model, tools=[AskHuman(), Calculator()], storage=storage
+    ) as inst:
+        enable_tracing(inst, provider)
+        resumed = await inst.aresume_execution("trace-t5", first["suspension_id"], True)
+    assert resumed.status == "success"
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "art.run"]
+    [link] = span.links
+    assert (link.context.trace_id, link.context.span_id) == (first["trace_id"], first["span_id"])
+    assert link.attributes["art.link"] == "resumes"
+
+
+async def test_a_run_without_a_current_span_stores_no_traceparent(scripted_model):
+    model = scripted_model(planning={"title": "nothing", "steps": []}, synthesis="done")
+    async with art.create_art_instance(model=model, storage="memory://") as inst:
+        resp = await inst.aprocess("q", "trace-t6")
+        stored = await inst.storage.get_run(resp.metadata.run_id)
+    assert stored.trace_parent is None
