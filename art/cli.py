@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 import uuid
@@ -272,6 +273,8 @@ def _main_options(
     from art.logging import configure_logging
 
     configure_logging(level=level)
+    # The terminal's Markdown renderer logs every parsing rule at DEBUG: noise, not art's.
+    logging.getLogger("markdown_it").setLevel(logging.INFO)
 
 
 # -- commands ---------------------------------------------------------------------------

@@ -134,6 +134,8 @@ def test_a_run_summary_and_rejected_plans_are_logged(project):
     records = [json.loads(line) for line in debug.stderr.splitlines() if line.startswith("{")]
     [reply] = [r for r in records if r["event"] == "rejected plan reply"]
     assert "lookup_orders" in reply["reply"]
+    loggers = {r.get("logger", "") for r in records}
+    assert not [name for name in loggers if name.startswith("markdown_it")]  # not art's debug
 
 
 def test_show_lists_the_rejected_plan_and_names_each_progress_lines_step(project):
