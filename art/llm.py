@@ -68,11 +68,12 @@ _STREAM_EVENTS = ("chunk:before", "chunk:after", "buffer:flush")
 @functools.cache
 def _litellm() -> Any:
     """Import litellm on first use (it takes seconds) with the offline price map."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-    from litellm.types.utils import Delta, Message, ModelResponseStream, StreamingChoices
+    from art.logging import adopt_litellm_loggers, adopting_litellm_loggers
 
-    from art.logging import adopt_litellm_loggers
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    with adopting_litellm_loggers():  # litellm logs while it is still importing
+        import litellm
+    from litellm.types.utils import Delta, Message, ModelResponseStream, StreamingChoices
 
     # litellm prints "Give Feedback / Get Help" banners to stdout on every provider error.
     litellm.suppress_debug_info = True

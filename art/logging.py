@@ -6,20 +6,33 @@ The application decides by calling `configure_logging` once. Records from the st
 library's `logging` (litellm, httpx, ...) go through the same processors, so every line,
 whoever wrote it, is rendered the same way and passes the redaction processor. litellm
 installs a handler of its own on its loggers when it is imported; once art's logging is
-configured that handler is taken off, so each litellm line is written once, by art's.
+configured that handler is taken off (when art imports litellm, as soon as litellm has
+installed it), so each litellm line is written once, by art's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-__all__ = ["JSON_ENV", "adopt_litellm_loggers", "configure_logging", "redact_processor"]
+__all__ = [
+    "JSON_ENV",
+    "adopt_litellm_loggers",
+    "adopting_litellm_loggers",
+    "configure_logging",
+    "redact_processor",
+]
 
 JSON_ENV = "ART_LOG_JSON"
 _TRUE = {"1", "true", "yes", "on"}
@@ -154,6 +167,47 @@ def adopt_litellm_loggers() -> None:
         for handler in [h for h in logger.handlers if _is_litellms(h)]:
             logger.removeHandler(handler)
         logger.propagate = True
+
+
+@contextlib.contextmanager
+def adopting_litellm_loggers() -> Iterator[None]:
+    """While in the block, an import of litellm has its loggers adopted the moment
+    `litellm._logging` has run: the rest of litellm's import already logs (at DEBUG,
+    to stdout), before any code after the import could take its handler off."""
+    finder = _LitellmLoggingFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class _LitellmLoggingFinder(importlib.abc.MetaPathFinder):
+    """Finds `litellm._logging` where Python would, with a loader that adopts it once run."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != "litellm._logging":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _AdoptingLoader(spec.loader)
+        return spec
+
+
+class _AdoptingLoader(importlib.abc.Loader):
+    """Runs a module with its own loader, then adopts litellm's loggers."""
+
+    def __init__(self, inner: importlib.abc.Loader) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        adopt_litellm_loggers()
 
 
 def _is_litellms(handler: logging.Handler) -> bool:

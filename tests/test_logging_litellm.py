@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -78,3 +81,22 @@ def test_without_arts_configuration_litellms_handler_stays():
 
     adopt_litellm_loggers()
     assert litellm_logging.handler in logging.getLogger("LiteLLM").handlers
+
+
+@pytest.mark.slow  # a fresh interpreter imports litellm
+def test_the_lines_litellm_logs_while_art_imports_it_are_arts_too():
+    script = (
+        "from art.logging import configure_logging\n"
+        "from art.llm import _litellm\n"
+        "configure_logging(json=True, level='DEBUG')\n"
+        "_litellm()\n"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""  # litellm's own handler writes its DEBUG lines to stdout
+    records = [json.loads(line) for line in done.stderr.splitlines()]  # every line JSON
+    litellm_lines = [r["event"] for r in records if r.get("logger") == "LiteLLM"]
+    assert litellm_lines  # litellm does log while importing at DEBUG
