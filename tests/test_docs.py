@@ -122,7 +122,24 @@ def _run_block(block: Block, namespace: dict, runner: asyncio.Runner, page: str)
         )
 
 
-@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+# Pages whose blocks start MCP server processes or wait out real retries and timeouts
+# (a second or more each): `pytest --slow` runs them.
+SLOW_PAGES = {"docs/mcp.md", "docs/providers.md", "docs/testing.md"}
+PAGE_PARAMS = [
+    pytest.param(
+        path,
+        id=path.relative_to(ROOT).as_posix(),
+        marks=[pytest.mark.slow] if path.relative_to(ROOT).as_posix() in SLOW_PAGES else [],
+    )
+    for path in PAGES
+]
+
+
+def test_the_slow_pages_exist():
+    assert {path.relative_to(ROOT).as_posix() for path in PAGES} >= SLOW_PAGES
+
+
+@pytest.mark.parametrize("path", PAGE_PARAMS)
 def test_page_code_blocks_run(path: Path, page_sandbox):
     page = path.relative_to(ROOT).as_posix()
     blocks = python_blocks(path.read_text(encoding="utf-8"))

@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-# The throwaway PostgreSQL server of the storage tests (tests/storage/conftest.py).
-from storage.conftest import postgres_server  # noqa: F401
-
 from art.adapters import local
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +251,7 @@ def test_plan_snapshot_example_fails_when_the_plan_changes(tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_multi_worker_postgres(tmp_path, postgres_server):  # noqa: F811
+def test_multi_worker_postgres(tmp_path, postgres_server):
     # The example uses fresh thread ids, so the shared test database needs no cleaning.
     done = run_example("multi_worker_postgres.py", postgres_server, cwd=tmp_path, timeout=600)
     out = _ok(done)
@@ -293,7 +290,7 @@ def test_queued_runs_in_process(tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_queued_runs_on_postgres_worker_processes(tmp_path, postgres_server):  # noqa: F811
+def test_queued_runs_on_postgres_worker_processes(tmp_path, postgres_server):
     done = run_example(
         "queued_runs.py", "--workers", "2", postgres_server, cwd=tmp_path, timeout=600
     )

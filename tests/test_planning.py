@@ -603,6 +603,7 @@ _replies = st.one_of(
 _report_cleanly = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
+@pytest.mark.slow
 @_report_cleanly
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reply=_replies)
@@ -617,6 +618,7 @@ def test_any_reply_parses_to_a_valid_plan_or_problems(reply):
     assert time.perf_counter() - started < 2.0
 
 
+@pytest.mark.slow
 @_report_cleanly
 @settings(
     max_examples=40,

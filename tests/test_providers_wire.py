@@ -121,7 +121,8 @@ async def test_art_environment_variables_configure_the_provider(fake_provider, m
     monkeypatch.setenv("MY_SERVER_KEY", "env-key")
     monkeypatch.setenv("ART_TIMEOUT", "0.3")
     fake_provider.queue(Hang(30), Hang(30))
-    inst = instance(fake_provider, llm_params={}, execution_config={"llm_max_retries": 1})
+    config = {"llm_max_retries": 1, "retry_backoff_s": 0}
+    inst = instance(fake_provider, llm_params={}, execution_config=config)
     assert inst.config.execution_config.llm_timeout_s == 0.3
     resp = await run(inst)
     assert resp.metadata.error.code == "TIMEOUT"
@@ -238,6 +239,7 @@ def test_art_run_takes_the_base_url_key_variable_and_timeout(invoke, fake_provid
     assert fake_provider.requests[0].headers["authorization"] == "Bearer cli-key"
 
 
+@pytest.mark.slow  # four timed-out attempts and the backoff between them: about 5 s
 def test_art_run_timeout_bounds_each_llm_call(invoke, fake_provider):
     fake_provider.default = Hang(30)
     result = invoke(
@@ -273,6 +275,7 @@ def test_a_missing_key_variable_is_a_usage_error(invoke):
 # -- what a retried call prints ------------------------------------------------------------
 
 
+@pytest.mark.slow  # the CLI waits out the 0.5 s backoff before its retry
 @pytest.mark.parametrize(("flags", "shown"), [((), False), (("-v",), True)])
 def test_art_run_is_quiet_about_retried_calls_unless_verbose(invoke, fake_provider, flags, shown):
     fake_provider.queue(HTTPStatus(429, {"retry-after-ms": "10"}), Answer(PLAN_TEXT))

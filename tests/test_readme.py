@@ -59,7 +59,8 @@ def test_plain_pytest_leaves_out_slow_tests_and_slow_runs_them(
 ) -> None:
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
     pytester.makeini(
-        "[pytest]\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    slow: slow"
+        "[pytest]\naddopts = --disable-plugin-autoload -p pytest_asyncio.plugin\n"
+        "asyncio_default_fixture_loop_scope = function\nmarkers =\n    slow: slow"
     )
     pytester.makepyfile(test_suite=SUITE)
     passed, skipped, failed = pytester.inline_run("-p", "no:cacheprovider", *args).listoutcomes()

@@ -192,6 +192,7 @@ odd_values = st.one_of(
 )
 
 
+@pytest.mark.slow
 @given(json_values)
 def test_json_values_round_trip(value):
     if isinstance(value, str):

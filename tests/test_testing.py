@@ -207,6 +207,7 @@ def test_make_run_context_defaults_and_overrides():
 # -- the pytest plugin ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # imports every installed pytest plugin afresh, as a user's pytest does
 def test_the_plugin_is_loaded_by_entry_point_and_its_fixtures_clean_up(pytester):
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(

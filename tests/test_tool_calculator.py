@@ -275,6 +275,7 @@ def _check(expression: str) -> None:
         assert not isinstance(result.output, bool)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expressions())
 def test_random_expressions_never_escape_or_hang(expression):

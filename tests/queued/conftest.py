@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-# The throwaway PostgreSQL server of the storage tests (tests/storage/conftest.py).
-from storage.conftest import postgres_database, postgres_server  # noqa: F401
+# A fresh database on the session's PostgreSQL server (tests/storage/conftest.py).
+from storage.conftest import postgres_database  # noqa: F401
 from warm_processes import warm_forkserver
 
 

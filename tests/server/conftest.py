@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from storage.conftest import postgres_server  # noqa: F401 - the PostgreSQL tests' server
 
 from art.testing import ScriptedModel
 from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema

@@ -250,6 +250,7 @@ async def test_a_write_waits_for_another_process_holding_the_write_lock(tmp_path
     await storage.close()
 
 
+@pytest.mark.slow
 async def test_a_thousand_step_records_land_and_read_back_identical(tmp_path: Path) -> None:
     """The executor saves a record at each step's start and end: 1,000 steps make 2,000
     commits (WAL checkpoints run between them); each end replaces its start, and a fresh
