@@ -975,6 +975,9 @@ def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
             if module_spec is None or module_spec.loader is None or not path.is_file():
                 raise FileNotFoundError(f"no such file: {path}")
             module = importlib.util.module_from_spec(module_spec)
+            # As under `python file.py`, the file imports the modules next to it.
+            if str(path.parent) not in sys.path:
+                sys.path.insert(0, str(path.parent))
             sys.modules[path.stem] = module
             module_spec.loader.exec_module(module)
             return module

@@ -534,6 +534,29 @@ def test_load_tools_accepts_instances_lists_classes_factories_and_files(tmp_path
         assert caught.value.exit_code == EXIT_USAGE
 
 
+def test_a_tools_file_named_by_path_imports_the_modules_next_to_it(
+    invoke, scripted_model, tmp_path, monkeypatch
+):
+    app_dir = tmp_path / "shop_app"
+    app_dir.mkdir()
+    (app_dir / "shop_orders.py").write_text("ORDERS = {'A-1': 'shipped'}\n")
+    (app_dir / "shop_status.py").write_text(
+        "import art\nfrom shop_orders import ORDERS\n@art.tool\n"
+        "def order_status(order_id: str) -> str:\n"
+        "    '''The status of an order.'''\n    return ORDERS[order_id]\n"
+    )
+    monkeypatch.chdir(tmp_path)  # not the file's directory
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("shop_orders", "shop_status"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    plan = {"steps": [{"id": "s1", "tool": "order_status", "args": {"order_id": "A-1"}}]}
+    model = scripted_model(planning=plan, synthesis="shipped")
+    tools = "shop_app/shop_status.py:order_status"
+    result = invoke("run", "A-1?", "-m", model.model, "-s", "memory://", "-t", tools, "--json")
+    assert result.exit_code == EXIT_OK, result.output
+    assert _json(result)["steps"][0]["result"]["output"] == "shipped"
+
+
 def test_tools_option_replaces_the_builtin_tools(invoke, scripted_model, tmp_path, monkeypatch):
     (tmp_path / "cli_tools.py").write_text(
         "import art\n@art.tool\ndef shout(text: str) -> str:\n"
