@@ -1,10 +1,10 @@
-"""The DAG scheduler on fake tools and a fake LLM: readiness, concurrency, policies, retries."""
+"""The DAG scheduler on fake tools and a scripted model: readiness, concurrency, policies,
+retries."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
 from graphlib import CycleError
 from typing import Any
 
@@ -15,6 +15,7 @@ from art.execution import Readiness
 from art.execution_state import ExecutionDeps
 from art.llm import LLMClient
 from art.plan_execution import PlanExecution
+from art.planning import Planner
 from art.plans import Plan
 from art.registry import ToolRegistry
 from art.responses import StepRecord
@@ -506,28 +507,26 @@ async def test_fail_policy_stops_launching_and_cancels_running_steps():
     assert cancelled == [True]  # the tool saw its cancellation signal
 
 
-@dataclass
-class FakePlanner:
-    new_plan: Plan
-    calls: list = field(default_factory=list)
-
-    async def replan(self, run, query, history, previous, records):
-        self.calls.append({"previous": previous, "records": dict(records), "query": query})
-        return self.new_plan
+def replanner(llm: LLMClient, tools: list) -> Planner:
+    """The real planner over `tools`, writing its plans with the client's model "m"."""
+    return Planner(llm, ToolRegistry(tools), model="m")
 
 
-async def test_replan_policy_asks_the_planner_and_never_reruns_finished_steps():
+async def test_replan_policy_asks_the_planner_and_never_reruns_finished_steps(scripted_llm):
     echo_tool = FnTool("echo", echo)
+    tools = [echo_tool, FnTool("boom", boom)]
     plan = plan_of(
         step("s1", "echo", value=1),
         step("s2", "boom", deps=("s1",)),
         step("s3", "echo", deps=("s2",), value=3),
     )
-    new_plan = plan_of(
-        step("s1", "echo", value=1),
-        step("s4", "echo", deps=("s1",), value="{{s1.output}}"),
+    # The new plan builds on s1, which finished; redefining it would be refused.
+    llm, model = scripted_llm(
+        replan={
+            "title": "again",
+            "steps": [step("s4", "echo", deps=("s1",), value="{{s1.output}}")],
+        }
     )
-    planner = FakePlanner(new_plan)
     events: list = []
     updated = []
 
@@ -536,37 +535,40 @@ async def test_replan_policy_asks_the_planner_and_never_reruns_finished_steps():
 
     ex = executor(
         plan,
-        [echo_tool, FnTool("boom", boom)],
+        tools,
         events=events,
-        planner=planner,
+        planner=replanner(llm, tools),
         query="q",
         plan_updated=plan_updated,
         config={"on_step_failure": "replan", "step_max_retries": 0, "max_replans": 1},
     )
     outcome = await run_guarded(ex)
-    assert len(planner.calls) == 1
-    assert planner.calls[0]["records"]["s2"].status == "failed"
+    assert [call.phase for call in model.calls] == ["replan"]
+    prompt = model.calls[0].messages[-1]["content"]
+    assert "- s1 (echo) do s1: 1" in prompt  # the planner sees what finished and what failed
+    assert "- s2 (boom) do s2 failed: " in prompt and "boom" in prompt.split("s2 failed: ")[1]
     assert outcome.status == "completed"
     assert outcome.replans == 1
-    assert outcome.plan is new_plan
+    assert outcome.plan.step_ids == ["s4"]
     assert [input for input, _ in echo_tool.calls] == [{"value": 1}, {"value": 1}]  # s1 once, s4
     assert set(outcome.records) == {"s1", "s4"}
-    assert updated == [(new_plan, 1)]
+    assert updated == [(outcome.plan, 1)]
     assert [e.data["replans"] for e in events if e.name == "plan:updated"] == [1]
 
 
-async def test_replan_policy_falls_back_to_skipping_when_replans_are_used_up():
+async def test_replan_policy_falls_back_to_skipping_when_replans_are_used_up(scripted_llm):
+    tools = [FnTool("echo", echo), FnTool("boom", boom)]
     plan = plan_of(step("s1", "boom"), step("s2", "echo", deps=("s1",), value=2))
-    planner = FakePlanner(plan)
+    llm, model = scripted_llm(replan={"title": "unused", "steps": [step("s3", "echo", value=3)]})
     outcome = await run_guarded(
         executor(
             plan,
-            [FnTool("echo", echo), FnTool("boom", boom)],
-            planner=planner,
+            tools,
+            planner=replanner(llm, tools),
             config={"on_step_failure": "replan", "step_max_retries": 0, "max_replans": 0},
         )
     )
-    assert planner.calls == []
+    assert model.calls == []
     assert outcome.status == "partial"
     assert outcome.records["s2"].status == "skipped"
 
