@@ -117,3 +117,25 @@ def test_a_sync_call_from_inside_the_instance_loop_is_refused(scripted_model):
         inst.on("session:start", nested)
         assert inst.process("outer", "t").status == "success"
     assert errors and "use the async method" in str(errors[0])
+
+
+@art.tool
+def order_status(order_id: str) -> str:
+    """The shipping status of an order."""
+    return {"A-1": "shipped"}.get(order_id, "unknown")
+
+
+def test_the_default_instance_takes_tools_from_configure_and_per_call(
+    scripted_model, default_reset
+):
+    plan = {"steps": [{"id": "s1", "tool": "order_status", "args": {"order_id": "A-1"}}]}
+    model = scripted_model(planning=plan, synthesis="Shipped.")
+    art.configure(model=model.model, storage="memory://", tools=[order_status])
+    assert art.process("Where is A-1?", "t1").steps[0].output == "shipped"
+
+    art.configure(model=model.model, storage="memory://")  # the built-in tools only
+    refused = art.process("Where is A-1?", "t2")
+    assert refused.status == "error" and "order_status" in refused.metadata.error.message
+    added = art.process("Where is A-1?", "t3", {"tools": ["*", order_status]})
+    assert added.status == "success" and added.steps[0].output == "shipped"
+    assert "order_status" not in art.api.default_instance().registry  # for that run only

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -105,6 +106,17 @@ def test_quickstart_as_written_falls_back_to_the_scripted_model_with_a_note(tmp_
     out = _ok(run_example("quickstart.py", cwd=tmp_path, without_local=True))
     assert "note: the offline demo model is not installed" in out
     assert SUMMARY.search(out), out
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_quickstart_says_when_the_plan_ran_no_tool(scripted_model, monkeypatch, capsys):
+    model = scripted_model(planning={"steps": []}, synthesis="About 400.")
+    monkeypatch.setenv("ART_MODEL", model.model)  # a model that plans nothing
+    quickstart = runpy.run_path(str(EXAMPLES / "quickstart.py"))
+    assert quickstart["main"](["What is 17 * 23 + 12?"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the plan has no steps, so no tool ran (1 available: calculator); " in out
+    assert "About 400." in out
 
 
 @pytest.mark.slow
