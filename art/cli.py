@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from art.events import Event
     from art.instance import ArtInstance
     from art.responses import AgentFinalResponse, StepRecord
+    from art.state import StorageAdapter
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -872,14 +873,14 @@ class _storage:
 
     def __init__(self, url: str | None) -> None:
         self.url = url
-        self.store: Any = None
+        self.store: StorageAdapter | None = None
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> StorageAdapter:
         from art.storage import open_storage
 
-        self.store = open_storage(self.url)
-        await self.store.open()
-        return self.store
+        store = self.store = open_storage(self.url)
+        await store.open()
+        return store
 
     async def __aexit__(self, *exc: object) -> None:
         if self.store is not None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from art._models import ArtModel
 from art.model import Model, model_name
+
+if TYPE_CHECKING:
+    from art.state import StorageAdapter
 
 FailurePolicy = Literal["skip_dependents", "replan", "fail"]
 
@@ -228,5 +231,5 @@ class ArtInstanceConfig(ArtModel):
         given = (self.model, self.planning_model, self.synthesis_model)
         return {m.model: m for m in given if isinstance(m, Model)}
 
-    def resolved_storage(self) -> Any:
+    def resolved_storage(self) -> StorageAdapter | str | None:
         return self.storage if self.storage is not None else os.environ.get(STORAGE_ENV)

@@ -436,7 +436,7 @@ class _Abandonable:
             except BaseException as exc:  # thrown in by the task: its cancellation
                 value, error = None, exc
 
-    def _within_grace(self, waits_on: Any) -> Generator[Any, Any, Any]:
+    def _within_grace(self, waits_on: object) -> Generator[Any, Any, Any]:
         """Go on with a call that ignored its cancellation until it ends or `grace_s`
         passes; then close it (GeneratorExit where it waits) and raise NotStopped."""
         call = self._call
@@ -467,7 +467,7 @@ class _Abandonable:
             except StopIteration as stop:
                 return stop.value
 
-    def _close(self, waits_on: Any) -> None:
+    def _close(self, waits_on: object) -> None:
         if isinstance(waits_on, asyncio.Future):
             waits_on.cancel()
         with contextlib.suppress(RuntimeError):  # it ignored GeneratorExit too

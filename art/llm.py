@@ -24,7 +24,8 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from art._log import get_logger
 from art.errors import ModelError, ModelErrorCode
@@ -67,7 +68,8 @@ _STREAM_EVENTS = ("chunk:before", "chunk:after", "buffer:flush")
 
 @functools.cache
 def _litellm() -> Any:
-    """Import litellm on first use (it takes seconds) with the offline price map."""
+    """Import litellm on first use (it takes seconds) with the offline price map; typed Any
+    because callers assign its module-level settings, which ModuleType does not allow."""
     from art.logging import adopt_litellm_loggers, adopting_litellm_loggers
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -820,7 +822,10 @@ def _provider_sent_no_finish_reason(response: Any) -> bool:
     return received is None and getattr(response, "intermittent_finish_reason", None) is None
 
 
-async def _bounded(call: Awaitable[Any], model: str, limit_s: Any) -> Any:
+_T = TypeVar("_T")
+
+
+async def _bounded(call: Awaitable[_T], model: str, limit_s: object) -> _T:
     """`call`, failed with TIMEOUT after `limit_s` seconds (not a number: no bound here)."""
     if not isinstance(limit_s, int | float) or isinstance(limit_s, bool):
         return await call  # no limit, or an httpx.Timeout the provider SDK applies
@@ -835,7 +840,9 @@ async def _bounded(call: Awaitable[Any], model: str, limit_s: Any) -> Any:
         ) from None
 
 
-def _response_cost(litellm: Any, response: Any, model: str, usage: TokenUsage) -> float | None:
+def _response_cost(
+    litellm: ModuleType, response: Any, model: str, usage: TokenUsage
+) -> float | None:
     hidden = getattr(response, "_hidden_params", None)
     known = hidden.get("response_cost") if isinstance(hidden, dict) else None
     if isinstance(known, int | float) and not isinstance(known, bool):
@@ -847,7 +854,7 @@ def _response_cost(litellm: Any, response: Any, model: str, usage: TokenUsage) -
     return float(cost) if cost is not None else None
 
 
-def _tokens_cost(litellm: Any, model: str, usage: TokenUsage) -> float | None:
+def _tokens_cost(litellm: ModuleType, model: str, usage: TokenUsage) -> float | None:
     if not usage.total_tokens:
         return None
     try:

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from art.plans import Plan, Step, validate_plan
+from art.plans import Plan, Step, ToolCatalog, validate_plan
 
 __all__ = ["StepArrivals", "StepIntake", "StepStreamReader"]
 
@@ -209,7 +209,7 @@ class StepArrivals:
 
     def __init__(
         self,
-        registry: Any,
+        registry: ToolCatalog,
         intake: StepIntake,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),

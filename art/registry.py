@@ -5,7 +5,7 @@ snake_case, a missing or wrong `schema`, an empty description, or an `input_sche
 that is not valid JSON Schema. Checking here means a broken tool fails when the
 application starts, not halfway through a run.
 
-Arguments are checked in two stages: `jsonschema-rs` (compiled, about 1 µs a call)
+Arguments are checked in two stages: `jsonschema-rs` (compiled, so cheap on every call)
 says whether they are valid; only when it says no does `jsonschema` find and word
 the violations, and its verdict is final. A schema jsonschema-rs cannot compile (a
 remote `$ref`, a dialect it does not know) is checked by `jsonschema` alone.

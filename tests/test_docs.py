@@ -190,3 +190,13 @@ def test_relative_links_between_pages_resolve():
             if not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_the_performance_page_is_a_reference_whose_results_name_command_and_commit():
+    text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert len(text.encode()) < 20_000  # how to run, what each figure means, results, limits
+    sections = {part.split("\n", 1)[0]: part for part in text.split("\n## ")[1:]}
+    assert {"Running it", "Results", "Known limits"} <= set(sections)
+    named = re.compile(r"`python -m benchmarks[^`]*`\s+at commit [0-9a-f]{7,40}\b")
+    for title in ("Results", "Queued runs", "Eager execution"):
+        assert named.search(sections[title]), title

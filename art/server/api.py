@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
@@ -209,7 +209,7 @@ async def _answer(
     ctx: ServerContext,
     thread_id: str,
     run_id: str | None,
-    waiting: Any,
+    waiting: Awaitable[AgentFinalResponse] | None,
 ) -> Response:
     if waiting is not None:
         response: AgentFinalResponse = await waiting
