@@ -645,7 +645,6 @@ async def _finish(
     launch: Launch,
 ) -> int:
     """Print the outcome; in a terminal, ask about suspensions and resume until done."""
-    storage = launch.storage
     while response.status == "suspended" and not out.json and _interactive():
         pending = await _pending_suspensions(inst, view.thread_id)
         if not pending:
@@ -682,7 +681,9 @@ async def _finish(
             )
             command = launch.resume_command(view.thread_id, s["suspension_id"])
             console.print("  resume with: [bold]" + _escape(command) + "[/]", soft_wrap=True)
-        if storage is None or storage.startswith("memory:"):
+        from art.adapters.memory import MemoryStorage
+
+        if isinstance(inst.storage, MemoryStorage):  # $ART_STORAGE may have chosen it
             console.print(
                 "[dim]  (resuming from another process needs persistent storage: "
                 "SQLite by default, or --storage)[/]"

@@ -146,3 +146,25 @@ def test_an_approved_step_that_fails_exits_1(invoke, project, scripted_model):
     as_json = invoke("run", "pay", "-m", model.model, "-s", db, "-t", tools, "-T", "r4")
     rejected = invoke(*[w if w != "--approve" else "--reject" for w in _hint(as_json.stdout)])
     assert rejected.exit_code == EXIT_OK, rejected.output  # a rejection failing is no error
+
+
+def test_only_a_run_kept_in_memory_is_told_it_cannot_be_resumed_elsewhere(
+    project, scripted_model, tmp_path
+):
+    model = scripted_model(planning=_plan("A-4"), synthesis="Refunded.")
+    tools = f"{project / 'shop_tools.py'}:TOOLS"
+    env = {"COLUMNS": "200", "NO_COLOR": "1", "ART_DEBUG": "", "ART_STORAGE": None}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")  # the default SQLite file goes here
+    runner = CliRunner()
+    note = "resuming from another process needs persistent storage"
+
+    stored = runner.invoke(app, ["run", "refund A-4", "-m", model.model, "-t", tools], env=env)
+    assert stored.exit_code == EXIT_SUSPENDED, stored.output
+    assert note not in stored.stdout  # the default storage is a SQLite file
+    resumed = runner.invoke(app, _hint(stored.stdout), env=env)
+    assert resumed.exit_code == EXIT_OK, resumed.output
+
+    env["ART_STORAGE"] = "memory://"  # chosen by the environment, not by --storage
+    in_memory = runner.invoke(app, ["run", "refund A-4", "-m", model.model, "-t", tools], env=env)
+    assert in_memory.exit_code == EXIT_SUSPENDED, in_memory.output
+    assert note in in_memory.stdout
