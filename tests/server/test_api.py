@@ -132,6 +132,12 @@ def test_a_rejection_with_a_reason_fails_the_step_and_skips_its_dependents(
 
     steps = {s["stepId"]: s for s in done["steps"]}
     assert steps["s3"]["status"] == "failed" and "too expensive" in steps["s3"]["reason"]
+    # every field of the decision, modified_args null when the reviewer gave none
+    assert steps["s3"]["result"]["output"] == {
+        "approved": False,
+        "reason": "too expensive",
+        "modified_args": None,
+    }
     assert steps["s4"]["status"] == "skipped"
     assert done["metadata"]["status"] == "partial"
 
