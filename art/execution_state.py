@@ -15,14 +15,13 @@ from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from art._models import trusted
 from art.responses import RunError, StepRecord
 
 if TYPE_CHECKING:
     from art.context import RunContext
     from art.llm import LLMClient
     from art.plan_stream import StepArrivals
-    from art.plans import Plan, Step
+    from art.plans import Plan
     from art.registry import ToolRegistry
     from art.responses import ConversationMessage
     from art.state import Suspension
@@ -33,7 +32,6 @@ __all__ = [
     "ExecutionState",
     "Replanner",
     "Stop",
-    "pending_record",
 ]
 
 #: Step statuses after which a step never runs again in this run.
@@ -130,20 +128,3 @@ class ExecutionState:
         if self.error is not None and self.stop is Stop.FAILED:
             return f"cancelled because {self.error.message}"
         return f"cancelled: {self.error.message if self.error else 'the run stopped'}"
-
-
-def pending_record(step: Step) -> StepRecord:
-    """A fresh record of a step that has not run, as `StepRecord(step_id=, tool=)` makes
-    it, without validating (one per step of the plan)."""
-    values = _PENDING.copy()
-    values["step_id"] = step.id
-    values["tool"] = step.tool
-    return trusted(StepRecord, values, fields_set={"step_id", "tool"})
-
-
-# A fresh record's values in field order: StepRecord's defaults, all immutable (None,
-# "pending", 0), and the two fields every record sets.
-_PENDING: dict[str, Any] = {
-    name: None if info.is_required() else info.get_default(call_default_factory=True)
-    for name, info in StepRecord.model_fields.items()
-}

@@ -23,7 +23,7 @@ from art._log import get_logger
 from art.errors import ModelError, PlanError, RunErrorCode
 from art.events import HookVeto
 from art.execution import Executor, step_dependencies
-from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop, pending_record
+from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
 from art.plan_stream import StepArrivals
 from art.plans import Plan, Step
 from art.policies import failure_policy
@@ -167,13 +167,10 @@ class PlanExecution:
         dependencies: dict[str, Sequence[str]] = {}
         records = state.records
         for step in state.plan.steps:
-            # Each id is read once: pydantic's __getattr__ makes a model's attributes
-            # slow to read.
-            step_id = step.id
-            steps[step_id] = step
-            dependencies[step_id] = step_dependencies(step)
-            if step_id not in records:
-                records[step_id] = pending_record(step)
+            steps[step.id] = step
+            dependencies[step.id] = step_dependencies(step)
+            if step.id not in records:
+                records[step.id] = StepRecord(step_id=step.id, tool=step.tool)
         self._steps = steps
         finished = [sid for sid, rec in records.items() if rec.status in FINISHED]
         state.unsuccessful = {sid for sid in finished if records[sid].status != "completed"}
@@ -218,7 +215,7 @@ class PlanExecution:
                 return
             record = self._interrupted.pop(step_id, None)
             if record is None or record.tool != step.tool:
-                record = pending_record(step)
+                record = StepRecord(step_id=step.id, tool=step.tool)
             records[step_id] = record
             record.arrived_at = arrived_at
             executor.add(step_id, dependencies[step_id])
@@ -288,7 +285,7 @@ class PlanExecution:
         for step in new_plan.steps:
             if step.id in kept:
                 continue
-            fresh = pending_record(step)
+            fresh = StepRecord(step_id=step.id, tool=step.tool)
             earlier = state.records.get(step.id)
             if earlier is not None and earlier.status != "pending" and deps.persist is not None:
                 await deps.persist(fresh)  # storage must not see the old attempt as finished

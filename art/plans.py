@@ -141,17 +141,17 @@ class Step(ArtModel):
         """(args, referenced ids, names of referencing args), worked out once per `args`.
 
         Validation, the graph and the executor all ask; walking the arguments once
-        matters for plans of thousands of steps. Kept in `__dict__` the way
+        matters for plans of thousands of steps. Kept in the instance's `vars()` the way
         `functools.cached_property` is (pydantic leaves it out of dumps and equality),
         and recomputed when `args` is replaced (arguments are not edited in place).
         """
-        values = self.__dict__  # one attribute read: a model's are slow
-        args = values["args"]
-        cached: tuple[Any, tuple[str, ...], frozenset[str]] | None = values.get(_REFERENCE_CACHE)
+        args = self.args
+        cache = vars(self)
+        cached: tuple[Any, tuple[str, ...], frozenset[str]] | None = cache.get(_REFERENCE_CACHE)
         if cached is not None and cached[0] is args:
             return cached
         cached = (args, *references_by_argument(args))
-        values[_REFERENCE_CACHE] = cached
+        cache[_REFERENCE_CACHE] = cached
         return cached
 
     @property

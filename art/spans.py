@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import secrets
 
-from art._models import ArtModel, trusted
+from art._models import ArtModel
 
 
 def new_trace_id() -> str:
@@ -37,14 +37,6 @@ class SpanContext(ArtModel):
 
     def child(self) -> SpanContext:
         """A new span whose parent is this one, in the same trace."""
-        # Every step and tool call makes one: the ids this span holds are valid already,
-        # and are read from its dict (a model's attributes are slow to read one by one).
-        ids = self.__dict__
-        return trusted(
-            SpanContext,
-            {
-                "trace_id": ids["trace_id"],
-                "span_id": new_span_id(),
-                "parent_span_id": ids["span_id"],
-            },
+        return SpanContext(
+            trace_id=self.trace_id, span_id=new_span_id(), parent_span_id=self.span_id
         )

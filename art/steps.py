@@ -30,7 +30,7 @@ from art.events import EventBus, HookVeto, RunEvents
 from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
 from art.invocation import CallTimeouts, NotStopped, invoke_tool
 from art.references import resolve_references
-from art.responses import RunError, StepRecord, utcnow
+from art.responses import RunError, StepRecord, StepStatus, utcnow
 from art.serialization import context_text, safe_stringify
 from art.spans import SpanContext
 from art.state import Suspension
@@ -288,7 +288,7 @@ class ToolCaller:
             if isinstance(exc, NotStopped):
                 why = f"{why or 'cancelled'}; {exc}"
             cancelled = _cancelled_result(call_id, name, why)
-            _update(record, result=cancelled)
+            record.result = cancelled
             await call.finish(relay, cancelled, args)
             raise
         finally:
@@ -553,7 +553,6 @@ class StepRunner:
         self._steps = steps
         self._dependencies = dependencies
         config = deps.run.config
-        # Read per step: kept here, as a config model's attributes are slow to read.
         self._max_attempts = 1 + config.step_max_retries
         self._backoff_s = config.retry_backoff_s
 
@@ -660,19 +659,20 @@ class StepRunner:
                     f"gave up after {record.attempts} attempt(s) that never finished",
                 )
                 return
-            await self._start(record, span, attempts=attempt, args=args)
+            record.attempts, record.args = attempt, args
+            await self._start(record, span)
             result, vetoed = await self.tools.call(
                 step, record, entry, args, attempt, span, decision
             )
             if vetoed is not None:
-                _update(record, result=result)
+                record.result = result
                 await self._finish(record, "failed", span, vetoed)
                 return
             if not (_worth_retrying(result) and attempt < max_attempts and self.state.stop is None):
                 break
             delay = self._backoff_s * (2 ** (attempt - 1))
             log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
-            _update(record, result=result)
+            record.result = result
             if delay:
                 await asyncio.sleep(delay)
         metadata = result.metadata
@@ -680,7 +680,7 @@ class StepRunner:
             result = await self._llm_assist(result, span)
         if decision is not None and result.status == "success":
             result.metadata.setdefault("decision", "approved")
-        _update(record, result=result)
+        record.result = result
         if result.status == "success":
             self.state.outputs[step.id] = result.output
             await self._finish(record, "completed", span)
@@ -801,7 +801,7 @@ class StepRunner:
             return
         except asyncio.CancelledError:
             cancelled = _cancelled_result(call_id, REASONING_TOOL_NAME, run.cancellation.reason)
-            _update(record, result=cancelled)
+            record.result = cancelled
             await call.end(cancelled, args, reasoning=True)
             raise
         record.result = ToolResult(
@@ -825,23 +825,23 @@ class StepRunner:
         return result.content
 
     # -- records, persistence and events --------------------------------------------------
-    async def _start(self, record: StepRecord, span: SpanContext, **values: Any) -> None:
+    async def _start(self, record: StepRecord, span: SpanContext) -> None:
         if record.started_at is None:
-            values["started_at"] = utcnow()
-        _update(record, status="in_progress", **values)
-        if self.deps.persist is not None:
-            await self.deps.persist(record)
+            record.started_at = utcnow()
+        record.status = "in_progress"
+        await self._save(record)
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
 
     async def _finish(
-        self, record: StepRecord, status: str, span: SpanContext, reason: str | None = None
+        self, record: StepRecord, status: StepStatus, span: SpanContext, reason: str | None = None
     ) -> None:
-        _update(record, status=status, reason=reason, ended_at=utcnow())
+        record.status = status
+        record.reason = reason
+        record.ended_at = utcnow()
         if status != "completed":
             self.state.unsuccessful.add(record.step_id)
-        if self.deps.persist is not None:
-            await self.deps.persist(record)
+        await self._save(record)
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
 
@@ -910,25 +910,18 @@ def _assist_prompt(output: Any) -> str | None:
     return None
 
 
-def _update(record: StepRecord, **values: Any) -> None:
-    """Set fields of a record the executor owns, skipping pydantic's per-assignment
-    handler (a few µs each, ten times per step); the values are of the declared types."""
-    record.__dict__.update(values)
-    record.__pydantic_fields_set__.update(values)
-
-
 def _status_data(record: StepRecord) -> dict[str, Any]:
     """The data of a record's `step:status` event."""
-    values = record.__dict__  # one attribute read: a model's are slow
+    status = record.status
     data: dict[str, Any] = {
-        "step_id": values["step_id"],
-        "tool": values["tool"],
-        "status": values["status"],
-        "attempt": values["attempts"],
+        "step_id": record.step_id,
+        "tool": record.tool,
+        "status": status,
+        "attempt": record.attempts,
     }
-    if reason := values["reason"]:
+    if reason := record.reason:
         data["reason"] = reason
-    if values["status"] == "completed" and (result := values["result"]) is not None:
+    if status == "completed" and (result := record.result) is not None:
         data["output"] = result.output  # seed 003's "stepOutput": no state query needed
     return data
 
