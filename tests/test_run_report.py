@@ -83,3 +83,36 @@ async def test_a_resumed_run_reports_its_whole_working_time(scripted_model, tmp_
     assert done.status == "success"
     assert done.metadata.total_duration_ms > first.metadata.total_duration_ms
     assert done.metadata.total_duration_ms < first.metadata.total_duration_ms + 500
+
+
+def _summary_seconds(stdout: str) -> float:
+    """The working time on the CLI's summary line (`... · 340 ms · thread t`)."""
+    found = re.search(r" · ([\d.]+) (ms|s) · thread ", stdout)
+    assert found, stdout
+    value = float(found.group(1))
+    return value / 1000 if found.group(2) == "ms" else value
+
+
+@pytest.mark.slow  # a tool that works 0.3 s
+@pytest.mark.usefixtures("restore_logging")
+def test_art_resume_prints_the_whole_runs_working_time(scripted_model, tmp_path):
+    (tmp_path / "slow_tools.py").write_text(
+        "import time\nimport art\n"
+        "@art.tool(execution_mode='blocking')\n"
+        "def slow_approval() -> str:\n"
+        "    '''Works a while, then asks.'''\n"
+        "    time.sleep(0.3)\n"
+        "    return 'Go on?'\n"
+    )
+    plan = {"steps": [{"id": "s1", "tool": "slow_approval", "args": {}}]}
+    model = scripted_model(planning=plan, synthesis="Done.")
+    db = f"sqlite:///{tmp_path / 'art.db'}"
+    common = ["-m", model.model, "-s", db, "-t", f"{tmp_path / 'slow_tools.py'}:slow_approval"]
+    env = {"COLUMNS": "200", "NO_COLOR": "1", "ART_DEBUG": ""}
+    runner = CliRunner()
+    first = runner.invoke(app, ["run", "go", "-T", "w", *common], env=env)
+    suspension_id = re.search(r"art resume w ([0-9a-f]{32})", first.stdout).group(1)
+    resumed = runner.invoke(app, ["resume", "w", suspension_id, "--approve", *common], env=env)
+    assert resumed.exit_code == EXIT_OK, resumed.output
+    # the first part's 0.3 s of work is in it; the resume alone is a synthesis call
+    assert _summary_seconds(resumed.stdout) >= _summary_seconds(first.stdout) >= 0.3
