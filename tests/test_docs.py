@@ -122,9 +122,9 @@ def _run_block(block: Block, namespace: dict, runner: asyncio.Runner, page: str)
         )
 
 
-# Pages whose blocks start MCP server processes or wait out real retries and timeouts
-# (a second or more each): `pytest --slow` runs them.
-SLOW_PAGES = {"docs/mcp.md", "docs/providers.md", "docs/testing.md"}
+# Pages whose blocks start servers (MCP processes, uvicorn) or wait out real retries and
+# timeouts (a second or more each): `pytest --slow` runs them.
+SLOW_PAGES = {"docs/mcp.md", "docs/providers.md", "docs/server.md", "docs/testing.md"}
 PAGE_PARAMS = [
     pytest.param(
         path,
