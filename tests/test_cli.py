@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -532,6 +533,26 @@ def test_load_tools_accepts_instances_lists_classes_factories_and_files(tmp_path
         with pytest.raises(art.cli.CliError, match=re.escape(message)) as caught:
             load_tools([spec])
         assert caught.value.exit_code == EXIT_USAGE
+
+
+def test_the_quickstarts_shop_runs_from_the_terminal_as_shown(invoke, tmp_path, monkeypatch):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "quickstart.md").read_text()
+    shop = re.search(r"```python\n(# shop\.py\n.*?)```", page, re.DOTALL).group(1)
+    command = re.search(r"^art run .*--tools shop\.py:TOOLS.*$", page, re.MULTILINE).group(0)
+    (tmp_path / "shop.py").write_text(shop)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "shop", raising=False)
+    try:
+        result = invoke(*shlex.split(command)[1:])
+    finally:
+        loaded = sys.modules.pop("shop", None)
+        if loaded is not None:
+            loaded.MODEL.unregister()
+    assert result.exit_code == EXIT_OK, result.output
+    assert re.search(r"✓ s1 order_status +\{\"order_id\": \"A-1\"\} +completed", result.stdout)
+    assert "Order A-1 has shipped." in [line.rstrip() for line in result.stdout.splitlines()]
+    assert result.stdout.strip().splitlines()[-1].startswith("success  2 LLM calls · 1 tool call")
 
 
 def test_a_tools_file_named_by_path_imports_the_modules_next_to_it(
