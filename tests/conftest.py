@@ -24,6 +24,8 @@ os.environ.setdefault("ART_STORAGE", "memory://")
 
 
 POSTGRES_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
+# The server a whole-suite run starts while the tests are collected (see pytest_sessionstart).
+EARLY_POSTGRES = pytest.StashKey["subprocess.Popen[str]"]()
 
 
 def _postgres_binaries_present() -> bool:
@@ -36,8 +38,62 @@ def _no_postgres(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _start_postgres() -> "subprocess.Popen[str]":
+    return subprocess.Popen(
+        [str(POSTGRES_SCRIPT), "start"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ART_PG_OWNER": str(os.getpid())},  # reaped if we die
+    )
+
+
+def _exports(out: str) -> dict[str, str]:
+    """The variables in the `export NAME=value` lines `.ci/postgres.sh start` prints."""
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in out.splitlines()
+        if line.startswith("export ")
+    )
+
+
+def _started(process: "subprocess.Popen[str]") -> dict[str, str]:
+    """What the server's start exported; skips (fails under CI) if it did not start."""
+    out, err = process.communicate(timeout=180)
+    if process.returncode != 0:
+        _no_postgres(f".ci/postgres.sh start failed:\n{err}")
+    return _exports(out)
+
+
+def _stop_postgres(exported: dict[str, str]) -> None:
+    subprocess.run(
+        [str(POSTGRES_SCRIPT), "stop", exported["ART_TEST_POSTGRES_DIR"]],
+        capture_output=True,
+        timeout=300,
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run of the whole suite uses PostgreSQL: start its server while the tests are
+    collected rather than when the first PostgreSQL test waits for it."""
+    config = session.config
+    whole_suite = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    if whole_suite and not os.environ.get("ART_TEST_POSTGRES_URL") and _postgres_binaries_present():
+        config.stash[EARLY_POSTGRES] = _start_postgres()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the early server if no test asked for it (a -k or -x run)."""
+    unused = session.config.stash.get(EARLY_POSTGRES, None)
+    if unused is not None:
+        del session.config.stash[EARLY_POSTGRES]
+        out, _ = unused.communicate(timeout=180)
+        if unused.returncode == 0:
+            _stop_postgres(_exports(out))
+
+
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
+def postgres_server(pytestconfig: pytest.Config) -> Iterator[str]:
     """The URL of a PostgreSQL database for tests, one server for the whole session.
 
     It comes from `ART_TEST_POSTGRES_URL` if set; otherwise, when the server binaries are
@@ -48,30 +104,16 @@ def postgres_server() -> Iterator[str]:
     if url:
         yield url
         return
-    if not _postgres_binaries_present():
+    early = pytestconfig.stash.get(EARLY_POSTGRES, None)
+    if early is not None:
+        del pytestconfig.stash[EARLY_POSTGRES]  # this fixture stops it now
+    elif not _postgres_binaries_present():
         _no_postgres("no ART_TEST_POSTGRES_URL and no PostgreSQL binaries (.ci/postgres.sh)")
-    started = subprocess.run(
-        [str(POSTGRES_SCRIPT), "start"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "ART_PG_OWNER": str(os.getpid())},  # reaped if we die
-    )
-    if started.returncode != 0:
-        _no_postgres(f".ci/postgres.sh start failed:\n{started.stderr}")
-    exported = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in started.stdout.splitlines()
-        if line.startswith("export ")
-    )
+    exported = _started(early or _start_postgres())
     try:
         yield exported["ART_TEST_POSTGRES_URL"]
     finally:
-        subprocess.run(
-            [str(POSTGRES_SCRIPT), "stop", exported["ART_TEST_POSTGRES_DIR"]],
-            capture_output=True,
-            timeout=300,
-        )
+        _stop_postgres(exported)
 
 
 @pytest.fixture
