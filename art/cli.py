@@ -928,11 +928,12 @@ def load_tools(specs: Iterable[str]) -> list[Any]:
 
 
 def load_model(spec: str) -> str:
-    """The litellm model name `spec` stands for: `path/to/file.py:ATTR` names a model
-    object defined in that file (a `ScriptedModel`, or anything with a `model` name) or
-    a string; any other value is a litellm model name already."""
+    """The litellm model name `spec` stands for: `path/to/file.py:ATTR` or `module:ATTR`
+    (an importable module) names a model object defined there (a `ScriptedModel`, or
+    anything with a `model` name) or a string; any other value is a litellm model name
+    already."""
     target, sep, attr = spec.rpartition(":")
-    if not sep or not target.endswith(".py"):
+    if not sep or not (target.endswith(".py") or _names_a_module(target, attr)):
         return spec
     value = getattr(_import_target(target, spec, "--model"), attr, None)
     name = value if isinstance(value, str) else getattr(value, "model", None)
@@ -966,6 +967,24 @@ def load_instance(spec: str) -> ArtInstance:
     return value
 
 
+def _names_a_module(target: str, attr: str) -> bool:
+    """Whether `target:attr` is an importable module's attribute rather than a model
+    name holding a colon (`ollama/llama3:8b`)."""
+    if not attr.isidentifier() or not all(part.isidentifier() for part in target.split(".")):
+        return False
+    _working_directory_importable()
+    try:
+        return importlib.util.find_spec(target) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _working_directory_importable() -> None:
+    # A console script does not have the working directory on sys.path.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
     try:
         if target.endswith(".py") or os.sep in target or "/" in target:
@@ -983,9 +1002,7 @@ def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
             sys.modules[path.stem] = module
             module_spec.loader.exec_module(module)
             return module
-        # A console script does not have the working directory on sys.path.
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        _working_directory_importable()
         return importlib.import_module(target)
     except (ImportError, OSError) as exc:
         raise CliError(

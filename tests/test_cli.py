@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 import art
 import art.cli
-from art.cli import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app, load_tools
+from art.cli import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app, load_model, load_tools
 
 PRODUCTS_PLAN = {
     "title": "Products and their sum",
@@ -576,6 +576,27 @@ def test_a_tools_file_named_by_path_imports_the_modules_next_to_it(
     result = invoke("run", "A-1?", "-m", model.model, "-s", "memory://", "-t", tools, "--json")
     assert result.exit_code == EXIT_OK, result.output
     assert _json(result)["steps"][0]["result"]["output"] == "shipped"
+
+
+def test_load_model_takes_a_file_or_a_module_attribute_else_a_model_name(tmp_path, monkeypatch):
+    (tmp_path / "cli_model.py").write_text(
+        "from art.testing import ScriptedModel\nMODEL = ScriptedModel(synthesis='hi')\n"
+        "NAME = 'openai/gpt-4o-mini'\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "cli_model", raising=False)
+    try:
+        scripted = load_model("cli_model:MODEL")
+        module = sys.modules["cli_model"]
+        assert scripted == module.MODEL.model and scripted.startswith("art-scripted-")
+        assert load_model("cli_model.py:MODEL") == scripted  # the same file, run once
+        assert load_model("cli_model:NAME") == "openai/gpt-4o-mini"
+    finally:
+        sys.modules.pop("cli_model", None)
+        module.MODEL.unregister()
+    for name in ("ollama/llama3:8b", "openai/ft:gpt-4o:acme::a1b2", "no_such_module:MODEL"):
+        assert load_model(name) == name  # litellm names holding a colon stay names
 
 
 def test_tools_option_replaces_the_builtin_tools(invoke, scripted_model, tmp_path, monkeypatch):
