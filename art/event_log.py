@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from art._models import ArtModel, trusted
+from art._models import ArtModel
 from art.events import RunEvents
 from art.serialization import safe_stringify, truncate
 from art.spans import SpanContext
@@ -116,7 +116,6 @@ def stored_events(
     """A run's logged events (what `RunEvents.drain` returns) as they are stored: compact,
     with secrets masked, each with its span's ids."""
     stored = []
-    # Not validated: every value below is of its field's type (one event per step).
     for name, data, span, timestamp in batch:
         compact = _STORED_DATA.get(name)
         if compact is not None:
@@ -124,19 +123,15 @@ def stored_events(
         if name in _REDACTED_EVENTS:
             data = redact(data)
         stored.append(
-            trusted(
-                StoredEvent,
-                {
-                    "seq": None,
-                    "thread_id": thread_id,
-                    "run_id": run_id,
-                    "name": name,
-                    "data": data,
-                    "trace_id": span.trace_id if span else trace_id,
-                    "span_id": span.span_id if span else None,
-                    "parent_span_id": span.parent_span_id if span else None,
-                    "timestamp": timestamp,
-                },
+            StoredEvent(
+                thread_id=thread_id,
+                run_id=run_id,
+                name=name,
+                data=data,
+                trace_id=span.trace_id if span else trace_id,
+                span_id=span.span_id if span else None,
+                parent_span_id=span.parent_span_id if span else None,
+                timestamp=timestamp,
             )
         )
     return stored

@@ -933,10 +933,11 @@ def _call_context(
     cancellation: CancellationToken,
     reporter: Callable[..., None] | None,
 ) -> ExecutionContext:
-    """The run's validated context with one call's fields and signals, not re-validated.
+    """The run's validated context with one call's fields and signals, not validated again.
 
-    pydantic resolves every default on each instantiation (~20 µs for this model); a
-    1,000-step plan cannot afford that per call. `fields` are of their declared types.
+    Through pydantic's constructor or `model_copy` (which initialise or copy the private
+    attributes) this would be the costliest part of a call's bookkeeping. `fields` are of
+    their declared types.
     """
     return trusted(
         ExecutionContext,
