@@ -157,6 +157,8 @@ def test_show_lists_the_rejected_plan_and_names_each_progress_lines_step(project
     listed = runner.invoke(app, ["threads", "--storage", db], env=env)
     assert re.search(r"t1 +1 +success", listed.stdout)
     assert "completed" not in listed.stdout
+    as_json = runner.invoke(app, ["threads", "--storage", db, "--json"], env=env)
+    assert json.loads(as_json.stdout)[0]["last_status"] == "completed"  # the stored word
 
 
 def test_piped_output_is_not_wrapped_at_80_columns(project):
