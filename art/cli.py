@@ -211,8 +211,11 @@ def make_console(*, stderr: bool = False) -> Console:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    if _is_terminal(stream) or os.environ.get("COLUMNS"):
-        return Console(file=cast(TextIO, _Masked(stream)), highlight=False, soft_wrap=False)
+    terminal = _is_terminal(stream)
+    if terminal or os.environ.get("COLUMNS"):
+        # COLUMNS sets the width of piped output too; only a terminal gets rich's padding.
+        masked = _Masked(stream, strip_trailing=not terminal)
+        return Console(file=cast(TextIO, masked), highlight=False, soft_wrap=False)
     # Piped or redirected: no terminal width to fit, so lines are not wrapped at 80.
     return Console(
         file=cast(TextIO, _Masked(stream, strip_trailing=True)),

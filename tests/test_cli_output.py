@@ -170,3 +170,11 @@ def test_piped_output_is_not_wrapped_at_80_columns(project):
     assert summary.startswith("success") and summary.endswith(long_thread)
     assert len(summary) > 80
     assert not [line for line in result.stdout.splitlines() if line != line.rstrip()]
+
+
+def test_piped_output_laid_out_to_columns_is_not_padded(project):
+    env = {"ART_DEBUG": "", "NO_COLOR": "1", "COLUMNS": "100"}
+    result = CliRunner().invoke(app, _args(project, "--thread", "p1"), env=env)
+    assert result.exit_code == EXIT_OK, result.output
+    assert "Order A-1 has shipped." in result.stdout.splitlines()
+    assert not [line for line in result.stdout.splitlines() if line != line.rstrip()]
