@@ -14,6 +14,7 @@ remote `$ref`, a dialect it does not know) is checked by `jsonschema` alone.
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -135,8 +136,21 @@ def _warn_about_bad_examples(schema: ToolSchema, entry: ToolEntry) -> None:
                 f"tool {schema.name!r}: examples[{index}] is left out of the planner's "
                 f"prompt: its input does not match the input schema ({'; '.join(problems)})",
                 ToolExampleWarning,
-                stacklevel=4,
+                stacklevel=_first_caller_outside_art(),
             )
+
+
+_ART_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _first_caller_outside_art() -> int:
+    """The `stacklevel` of the innermost caller outside art's package, so that a warning
+    names the application's line (`ToolRegistry(...)`, `create_art_instance(...)`)."""
+    level, frame = 1, inspect.currentframe()
+    frame = frame.f_back if frame is not None else None  # the function that warns
+    while frame is not None and frame.f_code.co_filename.startswith(_ART_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def is_async_tool(tool: Any) -> bool:

@@ -49,6 +49,19 @@ def test_an_example_that_does_not_match_the_schema_warns_at_registration():
     assert "'order_id' is a required property" in message
 
 
+def test_the_example_warning_names_the_applications_line():
+    @art.tool(examples=[{"input": {"order": "A-1"}, "description": "Find A-1"}])
+    def find_order(order_id: str) -> dict:
+        """Find an order by its id."""
+        return {}
+
+    with pytest.warns(ToolExampleWarning) as caught:
+        ToolRegistry([find_order])
+        inst = art.create_art_instance(model="openai/x", tools=[find_order], storage="memory://")
+    inst.close()
+    assert [w.filename for w in caught] == [__file__, __file__]  # not art/instance.py
+
+
 def test_good_examples_register_without_a_warning(recwarn):
     @art.tool(examples=[{"input": {"order_id": "A-1"}, "description": "Find A-1"}])
     def find_order(order_id: str) -> dict:
