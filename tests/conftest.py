@@ -77,6 +77,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """A run of the whole suite uses PostgreSQL: start its server while the tests are
     collected rather than when the first PostgreSQL test waits for it."""
     config = session.config
+    if _distributing(config):  # the workers run the tests, each with its own server
+        return
     whole_suite = config.args_source is pytest.Config.ArgsSource.TESTPATHS
     if whole_suite and not os.environ.get("ART_TEST_POSTGRES_URL") and _postgres_binaries_present():
         config.stash[EARLY_POSTGRES] = _start_postgres()
@@ -125,6 +127,22 @@ def restore_logging():
     root.handlers[:] = handlers
     root.setLevel(level)
     structlog.reset_defaults()
+
+
+def _distributing(config: pytest.Config) -> bool:
+    """Whether this process hands the tests to pytest-xdist workers (`-n`)."""
+    workers = getattr(config.option, "numprocesses", None)  # None without pytest-xdist
+    return bool(workers) and not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A plain run spreads the tests over two workers (`-n auto --maxprocesses 2` in the
+    pytest settings); `--slow` and `--pdb` run in one process, so the timed and
+    subprocess-heavy tests have the machine to themselves. An explicit `-n N` is kept."""
+    auto = getattr(config.option, "numprocesses", None) == "auto"
+    if auto and (config.option.slow or config.option.usepdb):
+        config.option.numprocesses = 0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

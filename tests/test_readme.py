@@ -66,3 +66,20 @@ def test_plain_pytest_leaves_out_slow_tests_and_slow_runs_them(
     passed, skipped, failed = pytester.inline_run("-p", "no:cacheprovider", *args).listoutcomes()
     assert {report.nodeid.split("::")[1] for report in passed} == ran
     assert not skipped and not failed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "workers"), [((), True), (("--slow",), False)])
+def test_a_plain_run_uses_two_workers_and_a_slow_run_one_process(
+    pytester: pytest.Pytester, args: tuple[str, ...], workers: bool
+) -> None:
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makeini(
+        "[pytest]\naddopts = --disable-plugin-autoload -p pytest_asyncio.plugin"
+        " -p xdist -n auto --maxprocesses 2\n"
+        "asyncio_default_fixture_loop_scope = function\nmarkers =\n    slow: slow"
+    )
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    result.assert_outcomes(passed=2 if args else 1)
+    assert ("2 workers" in result.stdout.str()) is workers
