@@ -132,6 +132,9 @@ def configure_logging(
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(level_number)
+    # Python's warnings (a tool example art leaves out, a library's deprecation) become
+    # records of the `py.warnings` logger, so they are rendered like every other line.
+    logging.captureWarnings(True)
 
     structlog.configure(
         processors=[

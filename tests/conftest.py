@@ -126,6 +126,7 @@ def restore_logging():
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    logging.captureWarnings(False)
     structlog.reset_defaults()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 
 import pytest
 import structlog
@@ -156,3 +157,16 @@ def test_default_stream_follows_sys_stderr(monkeypatch):
     monkeypatch.setattr("sys.stderr", swapped)
     structlog.get_logger("art.test").warning("to the current stderr")
     assert _json_lines(swapped.getvalue())[0]["event"] == "to the current stderr"
+
+
+def test_python_warnings_become_log_lines_in_the_same_format():
+    out = io.StringIO()
+    with warnings.catch_warnings():  # puts warnings.showwarning back afterwards
+        warnings.simplefilter("always")
+        configure_logging(json=True, stream=out)
+        warnings.warn(f"an old parameter, key {KEY}", DeprecationWarning, stacklevel=1)
+
+    [record] = _json_lines(out.getvalue())  # one JSON line, not Python's plain text
+    assert record["logger"] == "py.warnings" and record["level"] == "warning"
+    assert "DeprecationWarning: an old parameter" in record["event"]
+    assert KEY not in record["event"]  # redacted like every other line
