@@ -200,3 +200,13 @@ def test_the_performance_page_is_a_reference_whose_results_name_command_and_comm
     named = re.compile(r"`python -m benchmarks[^`]*`\s+at commit [0-9a-f]{7,40}\b")
     for title in ("Results", "Queued runs", "Eager execution"):
         assert named.search(sections[title]), title
+
+
+@pytest.mark.parametrize(
+    "page", ["quickstart.md", "concepts.md", "tools.md", "human-in-the-loop.md", "testing.md"]
+)
+def test_pages_a_newcomer_copies_from_have_no_top_level_await(page: str) -> None:
+    """Their blocks are pasted into scripts and test files, where a top-level `await` is a
+    SyntaxError (the docs runner accepts one, as the asyncio REPL does)."""
+    for block in python_blocks((ROOT / "docs" / page).read_text(encoding="utf-8")):
+        compile(block.code, f"docs/{page} block {block.number} (line {block.line})", "exec")
