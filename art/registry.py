@@ -16,9 +16,11 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -128,16 +130,42 @@ class ToolExampleWarning(UserWarning):
 
 
 def _warn_about_bad_examples(schema: ToolSchema, entry: ToolEntry) -> None:
-    """Warn about each example the planner will not be shown because its input is invalid."""
+    """Warn about each example the planner will not be shown because its input is invalid,
+    at the line that wrote the tool (its function or class) when its source is known."""
+    site = _definition_site(entry.tool)
     for index, example in enumerate(schema.examples):
         problems = input_errors(entry.validator, example.input, fast_check=entry.fast_check)
-        if problems:
-            warnings.warn(
-                f"tool {schema.name!r}: examples[{index}] is left out of the planner's "
-                f"prompt: its input does not match the input schema ({'; '.join(problems)})",
-                ToolExampleWarning,
-                stacklevel=_first_caller_outside_art(),
-            )
+        if not problems:
+            continue
+        message = (
+            f"tool {schema.name!r}: examples[{index}] is left out of the planner's "
+            f"prompt: its input does not match the input schema ({'; '.join(problems)})"
+        )
+        if site is None:
+            warnings.warn(message, ToolExampleWarning, stacklevel=_first_caller_outside_art())
+            continue
+        filename, lineno, module = site
+        warnings.warn_explicit(
+            message,
+            ToolExampleWarning,
+            filename,
+            lineno,
+            module=module.__name__,
+            registry=vars(module).setdefault("__warningregistry__", {}),
+            module_globals=vars(module),
+        )
+
+
+def _definition_site(tool: IToolExecutor) -> tuple[str, int, ModuleType] | None:
+    """Where a tool was written: its function (an `@art.tool`) or else its class."""
+    written = getattr(tool, "__wrapped__", None) or type(tool)
+    module = sys.modules.get(getattr(written, "__module__", None) or "")
+    try:
+        filename = inspect.getsourcefile(written)
+        lineno = inspect.getsourcelines(written)[1]
+    except (OSError, TypeError):
+        return None
+    return (filename, lineno, module) if filename and module is not None else None
 
 
 _ART_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

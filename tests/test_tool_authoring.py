@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pydantic
 import pytest
 
@@ -49,17 +51,33 @@ def test_an_example_that_does_not_match_the_schema_warns_at_registration():
     assert "'order_id' is a required property" in message
 
 
-def test_the_example_warning_names_the_applications_line():
+def test_the_example_warning_points_at_the_tool_that_has_it():
     @art.tool(examples=[{"input": {"order": "A-1"}, "description": "Find A-1"}])
     def find_order(order_id: str) -> dict:
         """Find an order by its id."""
         return {}
 
+    class FindInvoice(art.IToolExecutor):
+        schema = art.ToolSchema(
+            name="find_invoice",
+            description="Find an invoice.",
+            input_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+            examples=[art.ToolExample(input={"n": "one"}, description="Invoice one")],
+        )
+
+        async def execute(self, input, context):
+            return self.ok(context, {})
+
     with pytest.warns(ToolExampleWarning) as caught:
         ToolRegistry([find_order])
-        inst = art.create_art_instance(model="openai/x", tools=[find_order], storage="memory://")
+        inst = art.create_art_instance(model="openai/x", tools=[FindInvoice()], storage="memory://")
     inst.close()
-    assert [w.filename for w in caught] == [__file__, __file__]  # not art/instance.py
+    decorator_line = find_order.fn.__code__.co_firstlineno  # the @art.tool(examples=...) line
+    class_line = inspect.getsourcelines(FindInvoice)[1]
+    assert [(w.filename, w.lineno) for w in caught] == [
+        (__file__, decorator_line),
+        (__file__, class_line),
+    ]  # not art/registry.py or art/instance.py
 
 
 def test_good_examples_register_without_a_warning(recwarn):
