@@ -374,9 +374,28 @@ def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
 
 def _deep_copy(value: Any) -> Any:
     try:
-        return copy.deepcopy(value)
+        return _json_copy(value)
+    except RecursionError:  # a container holding itself: deepcopy keeps the cycle
+        pass
     except Exception:  # an uncopyable object: the tool gets it as it is
         return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts and lists of scalars), the usual arguments,
+    made directly; any other object is copied by `copy.deepcopy`."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _JSON_SCALARS else _json_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _JSON_SCALARS else _json_copy(v) for v in value]
+    if kind in _JSON_SCALARS:
+        return value
+    return copy.deepcopy(value)
 
 
 async def _in_task(

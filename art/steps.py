@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from art._log import get_logger
-from art._models import trusted
 from art._thread_calls import ThreadCalls, ToolThreads
 from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
 from art.events import EventBus, HookVeto, RunEvents
@@ -255,11 +254,9 @@ class ToolCaller:
         }
         if decision is not None:
             fields["decision"] = decision
-        context = _call_context(
-            self._context_template,
-            fields,
-            cancellation=token,
-            reporter=relay.report if relay is not None else None,
+        # A copy of the run's context: the fields it shares are validated already.
+        context = self._context_template.model_copy(update=fields).bind(
+            cancellation=token, reporter=relay.report if relay is not None else None
         )
         self._tokens[step_id] = token
         run.stats.add_tool_call()
@@ -924,26 +921,6 @@ def _status_data(record: StepRecord) -> dict[str, Any]:
     if status == "completed" and (result := record.result) is not None:
         data["output"] = result.output  # seed 003's "stepOutput": no state query needed
     return data
-
-
-def _call_context(
-    template: ExecutionContext,
-    fields: dict[str, Any],
-    *,
-    cancellation: CancellationToken,
-    reporter: Callable[..., None] | None,
-) -> ExecutionContext:
-    """The run's validated context with one call's fields and signals, not validated again.
-
-    Through pydantic's constructor or `model_copy` (which initialise or copy the private
-    attributes) this would be the costliest part of a call's bookkeeping. `fields` are of
-    their declared types.
-    """
-    return trusted(
-        ExecutionContext,
-        {**template.__dict__, **fields},
-        private={"_cancellation": cancellation, "_reporter": reporter},
-    )
 
 
 def _worth_retrying(result: ToolResult) -> bool:

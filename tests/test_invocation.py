@@ -672,3 +672,23 @@ def test_a_detached_token_no_longer_follows_its_parent():
     finished.detach()  # idempotent
     run.cancel("stop")
     assert running.cancelled and not finished.cancelled
+
+
+async def test_a_tool_gets_its_own_copy_of_nested_cyclic_and_uncopyable_arguments():
+    seen = {}
+
+    def body(input, context):
+        seen.update(input)
+        input["nested"]["items"].append("tool")
+        input["cycle"].append("tool")
+        return ok({"n": 1}, context)
+
+    cycle = [1]
+    cycle.append(cycle)
+    lock = threading.Lock()  # cannot be deep-copied: the tool gets it as it is
+    args = {"n": 1, "nested": {"items": ["a", {"b": [1.5, None]}]}, "cycle": cycle, "lock": lock}
+    await invoke_tool(make_tool(body), args, make_context())
+    assert args["nested"] == {"items": ["a", {"b": [1.5, None]}]}
+    assert seen["nested"]["items"][1] is not args["nested"]["items"][1]
+    assert cycle == [1, cycle] and seen["cycle"][1] is seen["cycle"]  # the copy keeps its cycle
+    assert seen["lock"] is lock
