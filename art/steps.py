@@ -263,6 +263,8 @@ class ToolCaller:
         self._in_tools += 1
         try:
             await call.start(args)
+            if token.cancelled:  # the run was cancelled meanwhile (by a tool:before hook, say)
+                raise asyncio.CancelledError
             if (
                 self._idle is not None
                 and self._idle_check is None

@@ -636,6 +636,28 @@ async def test_cancel_stops_a_running_run(scripted_model, make):
     assert not inst.cancel("t")
 
 
+async def test_a_run_cancelled_by_a_tool_before_hook_never_runs_the_tool(scripted_model, make):
+    ran = []
+
+    class Instant(art.IToolExecutor):
+        schema = art.ToolSchema(name="instant", description="returns at once")
+
+        async def execute(self, input, context):
+            ran.append(context.step_id)
+            return self.ok(context, "done")
+
+    model = scripted_model(planning={"steps": [{"id": "s1", "tool": "instant"}]}, synthesis="x")
+    inst = make([Instant()], model=model)
+    updates = []
+    inst.events.on("tool:before", lambda data, context: inst.cancel(context.thread_id, "stop now"))
+    inst.events.on("tool:update", lambda data, context: updates.append(data["stage"]))
+    response = await inst.aprocess("go", "t")
+    assert response.metadata.error.code == "CANCELLED"
+    assert [(s.status, s.reason) for s in response.steps] == [("cancelled", "cancelled: stop now")]
+    assert ran == []
+    assert updates == ["start", "end"]  # the call still starts and ends once
+
+
 # -- configuration ---------------------------------------------------------------------------------
 
 
