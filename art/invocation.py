@@ -386,15 +386,13 @@ def _deep_copy(value: Any) -> Any:
 
 
 def _json_copy(value: Any) -> Any:
-    """A deep copy of JSON-shaped data (dicts and lists of scalars), the usual arguments,
-    made directly; any other object is copied by `copy.deepcopy`."""
+    """A deep copy of a container that is not a JSON scalar: dicts and lists (the usual
+    arguments) made directly, their scalars shared; any other object by `copy.deepcopy`."""
     kind = type(value)
     if kind is dict:
         return {k: v if type(v) in _JSON_SCALARS else _json_copy(v) for k, v in value.items()}
     if kind is list:
         return [v if type(v) in _JSON_SCALARS else _json_copy(v) for v in value]
-    if kind in _JSON_SCALARS:
-        return value
     return copy.deepcopy(value)
 
 
