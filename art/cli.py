@@ -1261,8 +1261,11 @@ def plan_tree(
     from art.plans import Plan
 
     parsed = Plan.model_validate(plan)
-    title = parsed.title or parsed.intent or "Plan"
-    root = Tree(Text.assemble(("Plan: ", "bold"), (title, "bold cyan")), guide_style="dim")
+    title = parsed.title or parsed.intent
+    heading = (
+        Text.assemble(("Plan: ", "bold"), (title, "bold cyan")) if title else Text("Plan", "bold")
+    )
+    root = Tree(heading, guide_style="dim")
     if not parsed.steps:
         root.add(Text("no steps: the answer comes straight from the model", style="dim"))
     for step in parsed.steps:

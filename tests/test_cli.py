@@ -299,6 +299,14 @@ def test_plan_prints_a_tree_without_running_anything(invoke, scripted_model):
     assert [c.phase for c in model.calls] == ["planning"]  # no synthesis, no tools
 
 
+def test_an_untitled_plan_is_headed_plan_alone(invoke, scripted_model):
+    untitled = {"steps": [{"id": "s1", "tool": "calculator", "args": {"expression": "1 + 1"}}]}
+    model = scripted_model(planning=untitled)
+    result = invoke("plan", "sum?", "--model", model.model, "--storage", "memory://")
+    assert result.exit_code == EXIT_OK
+    assert result.stdout.splitlines()[0].strip() == "Plan"
+
+
 def test_plan_mermaid_and_json(invoke, scripted_model):
     model = scripted_model(planning=PRODUCTS_PLAN)
     mermaid = invoke("plan", "q", "--model", model.model, "--storage", "memory://", "--mermaid")
