@@ -2,14 +2,11 @@
 
 A block opts out only with `# docs: no-run: <reason>` on its first line (for real
 provider calls and the like). A failure names the page, the block number and its line.
-Blocks may use top-level `await`; each page gets one event loop (an asyncio.Runner).
+Blocks are plain scripts: no top-level `await` (a reader pastes them into a file).
 """
 
 from __future__ import annotations
 
-import ast
-import asyncio
-import inspect
 import logging
 import re
 import sys
@@ -106,13 +103,9 @@ def page_sandbox(tmp_path, monkeypatch):
         reset()
 
 
-def _run_block(block: Block, namespace: dict, runner: asyncio.Runner, page: str) -> None:
-    filename = f"{page}#block{block.number}"
+def _run_block(block: Block, namespace: dict, page: str) -> None:
     try:
-        code = compile(block.code, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        result = eval(code, namespace)  # top-level await makes this a coroutine
-        if inspect.iscoroutine(result):
-            runner.run(result)
+        exec(compile(block.code, f"{page}#block{block.number}", "exec"), namespace)
     except Exception as exc:
         detail = "".join(traceback.format_exception(exc)[-12:])
         pytest.fail(
@@ -145,16 +138,13 @@ def test_page_code_blocks_run(path: Path, page_sandbox):
     blocks = python_blocks(path.read_text(encoding="utf-8"))
     namespace: dict = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
     ran = 0
-    # One loop for the page's async blocks; closing the Runner cancels and awaits what is
-    # left on it (litellm's logging worker, for one), as asyncio.run would.
-    with asyncio.Runner() as runner:
-        for block in blocks:
-            reason = block.no_run_reason
-            if reason is not None:
-                assert reason, f"{page}: block {block.number} opts out of running without a reason"
-                continue
-            _run_block(block, namespace, runner, page)
-            ran += 1
+    for block in blocks:
+        reason = block.no_run_reason
+        if reason is not None:
+            assert reason, f"{page}: block {block.number} opts out of running without a reason"
+            continue
+        _run_block(block, namespace, page)
+        ran += 1
     if blocks and ran == 0:
         pytest.fail(f"{page}: every python block is marked no-run")
 
@@ -202,11 +192,9 @@ def test_the_performance_page_is_a_reference_whose_results_name_command_and_comm
         assert named.search(sections[title]), title
 
 
-@pytest.mark.parametrize(
-    "page", ["quickstart.md", "concepts.md", "tools.md", "human-in-the-loop.md", "testing.md"]
-)
-def test_pages_a_newcomer_copies_from_have_no_top_level_await(page: str) -> None:
-    """Their blocks are pasted into scripts and test files, where a top-level `await` is a
-    SyntaxError (the docs runner accepts one, as the asyncio REPL does)."""
-    for block in python_blocks((ROOT / "docs" / page).read_text(encoding="utf-8")):
-        compile(block.code, f"docs/{page} block {block.number} (line {block.line})", "exec")
+@pytest.mark.parametrize("page", PAGES, ids=lambda path: path.name)
+def test_no_page_has_a_top_level_await(page: Path) -> None:
+    """Blocks are pasted into scripts and test files, where a top-level `await` is a
+    SyntaxError."""
+    for block in python_blocks(page.read_text(encoding="utf-8")):
+        compile(block.code, f"{page.name} block {block.number} (line {block.line})", "exec")
