@@ -14,7 +14,8 @@ import base64
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, ValidationInfo
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 __all__ = [
     "BYTES_KEY",
@@ -86,12 +87,22 @@ def has_bytes(value: Any) -> bool:
     kind = type(value)
     if kind in _SCALARS:
         return False
-    if isinstance(value, _BINARY):
+    # Exact types first: an ABC isinstance check costs more than the rest of the walk.
+    if kind is dict:
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    elif isinstance(value, _BINARY):
         return True
-    if isinstance(value, Mapping):
-        return any(type(item) not in _SCALARS and has_bytes(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(type(item) not in _SCALARS and has_bytes(item) for item in value)
+    elif isinstance(value, Mapping):
+        items = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return False
+    for item in items:  # noqa: SIM110 - any() over a generator costs a frame per call
+        if type(item) not in _SCALARS and has_bytes(item):
+            return True
     return False
 
 
@@ -130,18 +141,24 @@ def bytes_from_json(value: Any) -> Any:
     return value
 
 
-def _from_json(value: Any, info: ValidationInfo) -> Any:
-    # Only JSON input can hold the markers; values built in Python are left alone.
-    return bytes_from_json(value) if info.mode == "json" else value
+class _BytesInJson:
+    """Reads `{"$bytes": base64}` back as bytes from JSON input and writes bytes so in
+    JSON output; Python input and output are left as they are, without a Python call."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        schema = handler(source)
+        return core_schema.json_or_python_schema(
+            json_schema=core_schema.no_info_after_validator_function(bytes_from_json, schema),
+            python_schema=schema,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                bytes_to_json, when_used="json-unless-none"
+            ),
+        )
 
 
 #: A model field of arbitrary data that may hold bytes: JSON carries them losslessly.
-JsonData = Annotated[
-    Any, BeforeValidator(_from_json), PlainSerializer(bytes_to_json, when_used="json")
-]
+JsonData = Annotated[Any, _BytesInJson()]
 #: The same for a dict of such data (`ToolResult.metadata`, a step's arguments).
-JsonDict = Annotated[
-    dict[str, Any],
-    BeforeValidator(_from_json),
-    PlainSerializer(bytes_to_json, when_used="json"),
-]
+JsonDict = Annotated[dict[str, Any], _BytesInJson()]
