@@ -132,11 +132,15 @@ class ToolExampleWarning(UserWarning):
 def _warn_about_bad_examples(schema: ToolSchema, entry: ToolEntry) -> None:
     """Warn about each example the planner will not be shown because its input is invalid,
     at the line that wrote the tool (its function or class) when its source is known."""
-    site = _definition_site(entry.tool)
-    for index, example in enumerate(schema.examples):
-        problems = input_errors(entry.validator, example.input, fast_check=entry.fast_check)
-        if not problems:
-            continue
+    invalid = [
+        (index, problems)
+        for index, example in enumerate(schema.examples)
+        if (problems := input_errors(entry.validator, example.input, fast_check=entry.fast_check))
+    ]
+    if not invalid:
+        return
+    site = _definition_site(entry.tool)  # reads and parses the module: only when warning
+    for index, problems in invalid:
         message = (
             f"tool {schema.name!r}: examples[{index}] is left out of the planner's "
             f"prompt: its input does not match the input schema ({'; '.join(problems)})"
