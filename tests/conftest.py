@@ -1,5 +1,6 @@
 """Suite-wide settings. Area fixtures live beside their tests (tests/<area>/conftest.py)."""
 
+import gc
 import logging
 import os
 import shutil
@@ -152,6 +153,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also run the tests marked slow (subprocesses, valgrind, benchmarks, examples)",
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[object]:
+    """Collecting imports litellm and every test module: millions of objects that live until
+    the end. The garbage collector skips them: it is off while they are made, and then they
+    are frozen (`gc.freeze`), so no later collection, in a test or at exit, walks them again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.collect()
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
