@@ -1,8 +1,8 @@
 """The execute phase's state and collaborators, shared by the run loop, the step path and
 the failure policies (as pydantic-ai's `GraphAgentState` and `GraphAgentDeps` are).
 
-`ExecutionState` is what changes while a plan runs: the plan, the step records, the
-outputs later steps read, the suspensions, and why the run stopped starting steps.
+`ExecutionState` is what changes while a plan runs: the plan, the steps' `StepState`s,
+the outputs later steps read, the suspensions, and why the run stopped starting steps.
 `ExecutionDeps` is what the phase is lent and never changes: the run, the tools, the
 model, the planner for replans, and where records, suspensions and plans are saved.
 """
@@ -13,9 +13,11 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor as ThreadPool
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from art.responses import RunError, StepRecord
+from art.responses import RunError, StepRecord, StepStatus
+from art.tooling import ToolResult
 
 if TYPE_CHECKING:
     from art.context import RunContext
@@ -31,13 +33,20 @@ __all__ = [
     "ExecutionDeps",
     "ExecutionState",
     "Replanner",
+    "StepState",
     "Stop",
 ]
 
 #: Step statuses after which a step never runs again in this run.
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
 
+#: Statuses after which the step path changes a record no more in this pass.
+SETTLED: frozenset[str] = FINISHED | {"waiting"}
+
 PersistStep = Callable[[StepRecord], Awaitable[None]]
+_validate_record: Callable[[dict[str, Any]], StepRecord] = (
+    StepRecord.__pydantic_validator__.validate_python
+)
 SaveSuspension = Callable[["Suspension"], Awaitable[None]]
 PlanUpdated = Callable[["Plan", int], Awaitable[None]]
 
@@ -70,6 +79,80 @@ class Replanner(Protocol):
         history: Sequence[ConversationMessage],
         arrivals: StepArrivals,
     ) -> Plan: ...
+
+
+@dataclass(slots=True)
+class StepState:
+    """A step's record while its plan runs; `StepRecord` is its public and stored form.
+
+    The step path edits its fields; every save takes a `StepRecord` made by `record()`.
+    `saved` is the last one saved: the step path saves after a step's last change, so
+    a settled step's saved record is its final one (`final()`).
+    """
+
+    step_id: str
+    tool: str | None = None
+    status: StepStatus = "pending"
+    result: ToolResult | None = None
+    attempts: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    arrived_at: datetime | None = None
+    args: dict[str, Any] | None = None
+    reason: str | None = None
+    decision: dict[str, Any] | None = None
+    saved: StepRecord | None = None
+
+    @classmethod
+    def of(cls, record: StepRecord) -> StepState:
+        """The state of a stored record (an earlier attempt of the run)."""
+        return cls(
+            record.step_id,
+            record.tool,
+            record.status,
+            record.result,
+            record.attempts,
+            record.started_at,
+            record.ended_at,
+            record.arrived_at,
+            record.args,
+            record.reason,
+            record.decision,
+        )
+
+    def record(self) -> StepRecord:
+        """The public record of the state as it is now, to save (kept as `saved`)."""
+        fields: dict[str, Any] = {
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "status": self.status,
+            "attempts": self.attempts,
+        }
+        # Only the fields that are set: each one given costs a validation.
+        if self.result is not None:
+            fields["result"] = self.result
+        if self.started_at is not None:
+            fields["started_at"] = self.started_at
+        if self.ended_at is not None:
+            fields["ended_at"] = self.ended_at
+        if self.arrived_at is not None:
+            fields["arrived_at"] = self.arrived_at
+        if self.args is not None:
+            fields["args"] = self.args
+        if self.reason is not None:
+            fields["reason"] = self.reason
+        if self.decision is not None:
+            fields["decision"] = self.decision
+        # The model's own validator, as `StepRecord(**fields)` calls it, minus its frame.
+        self.saved = record = _validate_record(fields)
+        return record
+
+    def final(self) -> StepRecord:
+        """The public record of a step at the end of its plan: a settled step's saved one."""
+        saved = self.saved
+        if saved is not None and self.status in SETTLED and saved.status == self.status:
+            return saved
+        return self.record()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +189,7 @@ class ExecutionState:
     """What changes while a plan runs (and across its replans)."""
 
     plan: Plan
-    records: dict[str, StepRecord]
+    records: dict[str, StepState]
     replans: int = 0
     # The outputs of completed steps, which later steps' references read.
     outputs: dict[str, Any] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from art._log import get_logger
 from art.errors import ModelError, PlanError, RunErrorCode
 from art.events import HookVeto
 from art.execution import Executor, step_dependencies
-from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
+from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, StepState, Stop
 from art.plan_stream import StepArrivals
 from art.plans import Plan, Step
 from art.policies import failure_policy
@@ -84,17 +84,17 @@ class PlanExecution:
         # A streamed plan's steps that were in progress when an earlier attempt stopped:
         # one that arrives again keeps its record (and attempt count).
         self._interrupted = {
-            step_id: record
+            step_id: StepState.of(record)
             for step_id, record in (records or {}).items()
             if self._streamed and record.status == "in_progress"
         }
         plan = plan if plan is not None else Plan()
         # Earlier records of steps not in this plan matter only for their outputs.
-        kept: dict[str, StepRecord] = {}
+        kept: dict[str, StepState] = {}
         if records:
             plan_ids = {step.id for step in plan.steps}
             kept = {
-                step_id: record
+                step_id: StepState.of(record)
                 for step_id, record in records.items()
                 if step_id in plan_ids or record.status == "completed"
             }
@@ -170,7 +170,7 @@ class PlanExecution:
             steps[step.id] = step
             dependencies[step.id] = step_dependencies(step)
             if step.id not in records:
-                records[step.id] = StepRecord(step_id=step.id, tool=step.tool)
+                records[step.id] = StepState(step.id, step.tool)
         self._steps = steps
         finished = [sid for sid, rec in records.items() if rec.status in FINISHED]
         state.unsuccessful = {sid for sid in finished if records[sid].status != "completed"}
@@ -215,7 +215,7 @@ class PlanExecution:
                 return
             record = self._interrupted.pop(step_id, None)
             if record is None or record.tool != step.tool:
-                record = StepRecord(step_id=step.id, tool=step.tool)
+                record = StepState(step.id, step.tool)
             records[step_id] = record
             record.arrived_at = arrived_at
             executor.add(step_id, dependencies[step_id])
@@ -257,8 +257,9 @@ class PlanExecution:
         failures = [r for r in state.records.values() if r.status == "failed"]
         assert deps.planner is not None  # the replan policy needs one
         try:
+            records = {step_id: record.final() for step_id, record in state.records.items()}
             new_plan = await deps.planner.replan(
-                deps.run, deps.query, deps.history, state.plan, dict(state.records)
+                deps.run, deps.query, deps.history, state.plan, records
             )
         except PlanError as exc:
             state.replan_error = RunError(
@@ -277,7 +278,7 @@ class PlanExecution:
         state.replans += 1
         previous = state.plan
         state.plan = new_plan
-        kept: dict[str, StepRecord] = {}
+        kept: dict[str, StepState] = {}
         new_ids = {step.id for step in new_plan.steps}
         for step_id, record in state.records.items():
             if record.status == "completed":
@@ -285,10 +286,11 @@ class PlanExecution:
         for step in new_plan.steps:
             if step.id in kept:
                 continue
-            fresh = StepRecord(step_id=step.id, tool=step.tool)
+            fresh = StepState(step.id, step.tool)
             earlier = state.records.get(step.id)
             if earlier is not None and earlier.status != "pending" and deps.persist is not None:
-                await deps.persist(fresh)  # storage must not see the old attempt as finished
+                # Storage must not see the old attempt as finished.
+                await deps.persist(fresh.record())
             kept[step.id] = fresh
         dropped = [sid for sid in state.records if sid not in kept and sid not in new_ids]
         state.records = kept
@@ -310,9 +312,10 @@ class PlanExecution:
         """The outcome, and how many of its records end in each status."""
         state = self.state
         records = state.records
-        ordered = {sid: records[sid] for sid in self._steps if sid in records}
+        ordered = {sid: records[sid].final() for sid in self._steps if sid in records}
         for sid, record in records.items():
-            ordered.setdefault(sid, record)  # completed steps of an earlier plan
+            if sid not in ordered:  # completed steps of an earlier plan
+                ordered[sid] = record.final()
         counts: Counter[str] = Counter(record.status for record in ordered.values())
         status: OutcomeStatus
         if state.stop is Stop.CANCELLED:
@@ -364,7 +367,7 @@ async def _planned(planning: asyncio.Future[Plan]) -> tuple[Plan | None, RunErro
         return None, RunError(code=RunErrorCode.VETOED, message=str(exc))
 
 
-def _reusable(record: StepRecord, step: Step, outputs: Mapping[str, Any]) -> bool:
+def _reusable(record: StepState, step: Step, outputs: Mapping[str, Any]) -> bool:
     """Whether a completed record of an earlier attempt is this step's: same tool, and
     the arguments it ran with are the step's (its references read from `outputs`)."""
     if record.status != "completed" or record.tool != step.tool:

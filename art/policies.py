@@ -11,8 +11,8 @@ from typing import Protocol
 
 from art.config import ExecutionConfig
 from art.errors import RunErrorCode
-from art.execution_state import ExecutionState, Stop
-from art.responses import RunError, StepRecord
+from art.execution_state import ExecutionState, StepState, Stop
+from art.responses import RunError
 
 __all__ = ["FailRun", "FailurePolicy", "Replan", "SkipDependents", "Verdict", "failure_policy"]
 
@@ -26,7 +26,7 @@ class Verdict:
 
 
 class FailurePolicy(Protocol):
-    def after_failure(self, record: StepRecord, state: ExecutionState) -> Verdict | None:
+    def after_failure(self, record: StepState, state: ExecutionState) -> Verdict | None:
         """What the run does now that `record`'s step failed (None: it goes on)."""
         ...
 
@@ -34,14 +34,14 @@ class FailurePolicy(Protocol):
 class SkipDependents:
     """`skip_dependents`: the run goes on; only the failed step's dependents are skipped."""
 
-    def after_failure(self, record: StepRecord, state: ExecutionState) -> Verdict | None:
+    def after_failure(self, record: StepState, state: ExecutionState) -> Verdict | None:
         return None
 
 
 class FailRun:
     """`fail`: the run fails with the first failure; running steps are cancelled."""
 
-    def after_failure(self, record: StepRecord, state: ExecutionState) -> Verdict | None:
+    def after_failure(self, record: StepState, state: ExecutionState) -> Verdict | None:
         if state.cancelling:
             return None  # the run is already ending
         message = f"step {record.step_id} failed: {record.reason}"
@@ -56,7 +56,7 @@ class Replan:
     max_replans: int
     has_planner: bool
 
-    def after_failure(self, record: StepRecord, state: ExecutionState) -> Verdict | None:
+    def after_failure(self, record: StepState, state: ExecutionState) -> Verdict | None:
         if (
             self.has_planner
             and state.replans < self.max_replans

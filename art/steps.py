@@ -26,10 +26,10 @@ from art._log import get_logger
 from art._thread_calls import ThreadCalls, ToolThreads
 from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
 from art.events import EventBus, HookVeto, RunEvents
-from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, Stop
+from art.execution_state import FINISHED, ExecutionDeps, ExecutionState, StepState, Stop
 from art.invocation import CallTimeouts, NotStopped, invoke_tool
 from art.references import resolve_references
-from art.responses import RunError, StepRecord, StepStatus, utcnow
+from art.responses import RunError, StepStatus, utcnow
 from art.serialization import context_text, safe_stringify
 from art.spans import SpanContext
 from art.state import Suspension
@@ -186,7 +186,7 @@ class ToolCaller:
     async def call(
         self,
         step: Step,
-        record: StepRecord,
+        record: StepState,
         entry: ToolEntry,
         args: dict[str, Any],
         attempt: int,
@@ -623,7 +623,7 @@ class StepRunner:
             self.scheduler.drain()
 
     # -- tool steps ---------------------------------------------------------------------
-    async def _tool_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+    async def _tool_step(self, step: Step, record: StepState, span: SpanContext) -> None:
         registry = self.deps.registry
         entry = registry.entry(step.tool or "")
         if entry is None:
@@ -724,7 +724,7 @@ class StepRunner:
         )
 
     async def _suspend_step(
-        self, step: Step, record: StepRecord, result: ToolResult, span: SpanContext
+        self, step: Step, record: StepState, result: ToolResult, span: SpanContext
     ) -> None:
         run = self.deps.run
         suspension_id = str(result.metadata.get("suspension_id") or "") or _new_id()
@@ -755,7 +755,7 @@ class StepRunner:
             await emitting
 
     # -- reasoning steps ----------------------------------------------------------------
-    async def _reasoning_step(self, step: Step, record: StepRecord, span: SpanContext) -> None:
+    async def _reasoning_step(self, step: Step, record: StepState, span: SpanContext) -> None:
         """One `step` LLM call; a UI sees it as a block too: one `tool:update` `start` and
         `end` (tool `reasoning`, `reasoning: true`), no `tool:before`/`tool:after`."""
         record.attempts += 1
@@ -824,7 +824,7 @@ class StepRunner:
         return result.content
 
     # -- records, persistence and events --------------------------------------------------
-    async def _start(self, record: StepRecord, span: SpanContext) -> None:
+    async def _start(self, record: StepState, span: SpanContext) -> None:
         if record.started_at is None:
             record.started_at = utcnow()
         record.status = "in_progress"
@@ -833,7 +833,7 @@ class StepRunner:
             await emitting
 
     async def _finish(
-        self, record: StepRecord, status: StepStatus, span: SpanContext, reason: str | None = None
+        self, record: StepState, status: StepStatus, span: SpanContext, reason: str | None = None
     ) -> None:
         record.status = status
         record.reason = reason
@@ -844,11 +844,11 @@ class StepRunner:
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
 
-    async def _save(self, record: StepRecord) -> None:
+    async def _save(self, record: StepState) -> None:
         if self.deps.persist is not None:
-            await self.deps.persist(record)
+            await self.deps.persist(record.record())
 
-    def _emit_status(self, record: StepRecord, span: SpanContext) -> Awaitable[Any] | None:
+    def _emit_status(self, record: StepState, span: SpanContext) -> Awaitable[Any] | None:
         """The record's `step:status` event: the emission to await when a hook, subscriber
         or stream sees it; else logged here, without a coroutine (one per step), unless
         it is `in_progress`, which the run's event log never keeps."""
@@ -909,7 +909,7 @@ def _assist_prompt(output: Any) -> str | None:
     return None
 
 
-def _status_data(record: StepRecord) -> dict[str, Any]:
+def _status_data(record: StepState) -> dict[str, Any]:
     """The data of a record's `step:status` event."""
     status = record.status
     data: dict[str, Any] = {
@@ -937,7 +937,7 @@ def _worth_retrying(result: ToolResult) -> bool:
     )
 
 
-def _skip_reason(dep: str, record: StepRecord | None) -> str:
+def _skip_reason(dep: str, record: StepState | None) -> str:
     if record is None:
         return f"skipped because step {dep} did not run"
     if record.status == "failed":
