@@ -109,7 +109,7 @@ def has_bytes(value: Any) -> bool:
 def bytes_to_json(value: Any) -> Any:
     """`value` with every bytes value replaced by `{"$bytes": base64}`; `value` itself
     when it holds none."""
-    if not has_bytes(value):
+    if type(value) in _SCALARS or not has_bytes(value):
         return value
     return _encoded(value)
 

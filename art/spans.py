@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import secrets
+from collections.abc import Callable
 
 from art._models import ArtModel
 
@@ -37,6 +38,12 @@ class SpanContext(ArtModel):
 
     def child(self) -> SpanContext:
         """A new span whose parent is this one, in the same trace."""
-        return SpanContext(
-            trace_id=self.trace_id, span_id=new_span_id(), parent_span_id=self.span_id
+        # The model's own validator, as `SpanContext(...)` calls it, minus its frame.
+        return _validate_span(
+            {"trace_id": self.trace_id, "span_id": new_span_id(), "parent_span_id": self.span_id}
         )
+
+
+_validate_span: Callable[[dict[str, str | None]], SpanContext] = (
+    SpanContext.__pydantic_validator__.validate_python
+)
