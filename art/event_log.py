@@ -122,19 +122,24 @@ def stored_events(
             data = compact(data)
         if name in _REDACTED_EVENTS:
             data = redact(data)
-        stored.append(
-            StoredEvent(
-                thread_id=thread_id,
-                run_id=run_id,
-                name=name,
-                data=data,
-                trace_id=span.trace_id if span else trace_id,
-                span_id=span.span_id if span else None,
-                parent_span_id=span.parent_span_id if span else None,
-                timestamp=timestamp,
-            )
-        )
+        fields: dict[str, Any] = {
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "name": name,
+            "data": data,
+            "trace_id": span.trace_id if span else trace_id,
+            "span_id": span.span_id if span else None,
+            "parent_span_id": span.parent_span_id if span else None,
+            "timestamp": timestamp,
+        }
+        # The model's own validator, as `StoredEvent(...)` calls it, minus its frame.
+        stored.append(_validate_event(fields))
     return stored
+
+
+_validate_event: Callable[[dict[str, Any]], StoredEvent] = (
+    StoredEvent.__pydantic_validator__.validate_python
+)
 
 
 class EventLogWriter:
