@@ -1,10 +1,12 @@
 """Suite-wide settings. Area fixtures live beside their tests (tests/<area>/conftest.py)."""
 
+import functools
 import gc
 import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +131,19 @@ def restore_logging():
     root.setLevel(level)
     logging.captureWarnings(False)
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_commands_built_once() -> Iterator[None]:
+    """typer's CliRunner builds the click command from the app's annotations on every invoke
+    (30 ms); no test changes an app, so each app's command is built once per session."""
+    typer_testing = sys.modules.get("typer.testing")
+    if typer_testing is None:  # no collected test uses CliRunner
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer_testing, "_get_command", functools.cache(typer_testing._get_command))
+        yield
 
 
 def _distributing(config: pytest.Config) -> bool:
