@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ArtModel(BaseModel):
@@ -22,3 +25,9 @@ class ArtModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The camelCase JSON form (what travels to storage, events and other languages)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def builder(model: type[M]) -> Callable[[Mapping[str, Any]], M]:
+    """`model(**fields)` as a function of the fields, for the per-step path: the model's own
+    validator, which `model(**fields)` runs too, without `__init__`'s Python frame."""
+    return model.__pydantic_validator__.validate_python

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from art._models import ArtModel
+from art._models import ArtModel, builder
 from art.events import RunEvents
 from art.serialization import safe_stringify, truncate
 from art.spans import SpanContext
@@ -132,14 +132,11 @@ def stored_events(
             "parent_span_id": span.parent_span_id if span else None,
             "timestamp": timestamp,
         }
-        # The model's own validator, as `StoredEvent(...)` calls it, minus its frame.
-        stored.append(_validate_event(fields))
+        stored.append(_new_event(fields))
     return stored
 
 
-_validate_event: Callable[[dict[str, Any]], StoredEvent] = (
-    StoredEvent.__pydantic_validator__.validate_python
-)
+_new_event = builder(StoredEvent)
 
 
 class EventLogWriter:

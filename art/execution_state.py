@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from art._models import builder
 from art.responses import RunError, StepRecord, StepStatus
 from art.tooling import ToolResult
 
@@ -44,9 +45,7 @@ FINISHED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancell
 SETTLED: frozenset[str] = FINISHED | {"waiting"}
 
 PersistStep = Callable[[StepRecord], Awaitable[None]]
-_validate_record: Callable[[dict[str, Any]], StepRecord] = (
-    StepRecord.__pydantic_validator__.validate_python
-)
+_new_record = builder(StepRecord)
 SaveSuspension = Callable[["Suspension"], Awaitable[None]]
 PlanUpdated = Callable[["Plan", int], Awaitable[None]]
 
@@ -143,8 +142,7 @@ class StepState:
             fields["reason"] = self.reason
         if self.decision is not None:
             fields["decision"] = self.decision
-        # The model's own validator, as `StepRecord(**fields)` calls it, minus its frame.
-        self.saved = record = _validate_record(fields)
+        self.saved = record = _new_record(fields)
         return record
 
     def final(self) -> StepRecord:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Callable
 
-from art._models import ArtModel
+from art._models import ArtModel, builder
 
 
 def new_trace_id() -> str:
@@ -38,12 +37,9 @@ class SpanContext(ArtModel):
 
     def child(self) -> SpanContext:
         """A new span whose parent is this one, in the same trace."""
-        # The model's own validator, as `SpanContext(...)` calls it, minus its frame.
-        return _validate_span(
+        return _new_span(
             {"trace_id": self.trace_id, "span_id": new_span_id(), "parent_span_id": self.span_id}
         )
 
 
-_validate_span: Callable[[dict[str, str | None]], SpanContext] = (
-    SpanContext.__pydantic_validator__.validate_python
-)
+_new_span = builder(SpanContext)
