@@ -7,7 +7,6 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -83,27 +82,27 @@ DURABLE_ADAPTERS = [
 StorageFactory = Callable[[], Awaitable[StorageAdapter]]
 
 
-def _target(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def _target(kind: str, request: pytest.FixtureRequest) -> str:
     if kind == "memory":
         return "memory://"
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path / 'art.db'}"
-    if kind == "sqlite_full":
-        return f"sqlite:///{tmp_path / 'art.db'}?synchronous=full"
+    if kind in ("sqlite", "sqlite_full"):
+        # only SQLite needs a directory: the other kinds leave no empty one behind
+        path = request.getfixturevalue("tmp_path") / "art.db"
+        return f"sqlite:///{path}" + ("?synchronous=full" if kind == "sqlite_full" else "")
     if kind == "postgres":
         return _emptied(request.getfixturevalue("postgres_tables"))
     raise AssertionError(kind)
 
 
 @pytest.fixture(params=ADAPTERS)
-def storage_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def storage_target(request: pytest.FixtureRequest) -> str:
     """A storage URL of each kind; durable kinds start empty."""
-    return _target(request.param, request, tmp_path)
+    return _target(request.param, request)
 
 
 @pytest.fixture(params=DURABLE_ADAPTERS)
-def durable_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return _target(request.param, request, tmp_path)
+def durable_target(request: pytest.FixtureRequest) -> str:
+    return _target(request.param, request)
 
 
 @asynccontextmanager
