@@ -19,6 +19,7 @@ from pydantic_core import core_schema
 
 __all__ = [
     "BYTES_KEY",
+    "JSON_SCALARS",
     "JsonData",
     "JsonDict",
     "bytes_from_json",
@@ -32,7 +33,8 @@ __all__ = [
 #: The key of the one-key object that stands for bytes in JSON.
 BYTES_KEY = "$bytes"
 _BINARY = (bytes, bytearray, memoryview)
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: The exact types of JSON's scalars: values that hold no bytes and are shared, never copied.
+JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -85,7 +87,7 @@ def describe_attachments(metadata: Mapping[str, Any]) -> list[str]:
 def has_bytes(value: Any) -> bool:
     """Whether `value` holds bytes anywhere in its dicts, lists and tuples."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in JSON_SCALARS:
         return False
     # Exact types first: an ABC isinstance check costs more than the rest of the walk.
     if kind is dict:
@@ -101,7 +103,7 @@ def has_bytes(value: Any) -> bool:
     else:
         return False
     for item in items:  # noqa: SIM110 - any() over a generator costs a frame per call
-        if type(item) not in _SCALARS and has_bytes(item):
+        if type(item) not in JSON_SCALARS and has_bytes(item):
             return True
     return False
 
@@ -109,7 +111,7 @@ def has_bytes(value: Any) -> bool:
 def bytes_to_json(value: Any) -> Any:
     """`value` with every bytes value replaced by `{"$bytes": base64}`; `value` itself
     when it holds none."""
-    if type(value) in _SCALARS or not has_bytes(value):
+    if type(value) in JSON_SCALARS or not has_bytes(value):
         return value
     return _encoded(value)
 
@@ -127,7 +129,7 @@ def _encoded(value: Any) -> Any:
 def bytes_from_json(value: Any) -> Any:
     """`value` with every `{"$bytes": base64}` object replaced by the bytes it stands for."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in JSON_SCALARS:
         return value
     if kind is dict:
         if len(value) == 1 and isinstance(value.get(BYTES_KEY), str):

@@ -39,6 +39,7 @@ import pydantic
 
 from art._log import get_logger
 from art._thread_calls import StuckCall, ThreadCalls
+from art.binary import JSON_SCALARS
 from art.errors import ToolErrorCode
 from art.registry import (
     ToolEntry,
@@ -65,7 +66,6 @@ _STATUSES = ("success", "error", "suspended")
 # Keys under which tools commonly put data that belongs in `output`.
 _MISPLACED_DATA_KEYS = ("data", "result")
 _METADATA_DATA_KEYS = ("output", "data", "result", "results", "value")
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 # Bare values and stringified leftovers kept in contract errors are cut to this size.
 _KEPT_TEXT_LENGTH = 60_000
 #: Seconds a timed-out or cancelled call may take to stop (ExecutionConfig.tool_stop_grace_s).
@@ -367,7 +367,7 @@ class NotStopped(asyncio.CancelledError):
 def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
     """`args` as the tool's own: containers deep-copied, immutable scalars shared."""
     return {
-        key: value if type(value) in _JSON_SCALARS else _deep_copy(value)
+        key: value if type(value) in JSON_SCALARS else _deep_copy(value)
         for key, value in args.items()
     }
 
@@ -390,9 +390,9 @@ def _json_copy(value: Any) -> Any:
     arguments) made directly, their scalars shared; any other object by `copy.deepcopy`."""
     kind = type(value)
     if kind is dict:
-        return {k: v if type(v) in _JSON_SCALARS else _json_copy(v) for k, v in value.items()}
+        return {k: v if type(v) in JSON_SCALARS else _json_copy(v) for k, v in value.items()}
     if kind is list:
-        return [v if type(v) in _JSON_SCALARS else _json_copy(v) for v in value]
+        return [v if type(v) in JSON_SCALARS else _json_copy(v) for v in value]
     return copy.deepcopy(value)
 
 
@@ -623,7 +623,7 @@ def _checked(
         result.status == "success"
         and result.call_id == context.call_id
         and result.tool_name == name
-        and type(result.output) in _JSON_SCALARS
+        and type(result.output) in JSON_SCALARS
         and not result.metadata
         and result.call_id
     ):
@@ -684,7 +684,7 @@ def _checked(
             )
     output = result.output
     try:
-        if type(output) not in _JSON_SCALARS:
+        if type(output) not in JSON_SCALARS:
             output = to_jsonable(output)
     except TypeError as exc:
         return _violation(
