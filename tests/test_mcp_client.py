@@ -42,6 +42,7 @@ import art
 from art.adapters.mcp import MCPClient, MCPServerError
 from art.cli import EXIT_ERROR, EXIT_OK, app
 from art.testing import replies
+from art.testing._serving import ServerThread
 
 pytestmark = pytest.mark.slow
 
@@ -146,10 +147,8 @@ def page(tmp_path) -> Iterator[str]:
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(tmp_path)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/prices.html"
-    httpd.shutdown()
-    httpd.server_close()
+    with ServerThread(httpd):
+        yield f"http://127.0.0.1:{httpd.server_port}/prices.html"
 
 
 def test_the_fetch_server_reads_a_page_as_markdown(page, scripted_model):

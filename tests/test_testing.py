@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import socket
+import threading
 import time
+from urllib.parse import urlsplit
 
 import litellm
 import pytest
@@ -13,7 +17,15 @@ from art.config import ExecutionConfig
 from art.errors import ModelError, ModelErrorCode
 from art.events import EventBus
 from art.llm import LLMClient
-from art.testing import ScriptedModel, ScriptError, make_run_context, replies
+from art.testing import (
+    Answer,
+    FakeProvider,
+    Hang,
+    ScriptedModel,
+    ScriptError,
+    make_run_context,
+    replies,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -318,3 +330,59 @@ async def test_a_json_reply_is_rendered_once_when_the_model_is_made():
     with ScriptedModel(planning=plan) as model:
         plan["title"] = "changed after the model was made"
         assert await ask(model, "planning") == await ask(model, "planning") == rendered
+
+
+# -- the fake provider's lifecycle ----------------------------------------------------------
+
+
+def _post(connection: http.client.HTTPConnection) -> None:
+    body = json.dumps({"model": "fake", "messages": USER})
+    connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+
+
+def test_closing_the_provider_ends_a_hanging_request_at_once():
+    provider = FakeProvider(Hang(3600)).start()
+    connection = http.client.HTTPConnection(*urlsplit(provider.url).netloc.split(":"), timeout=60)
+    _post(connection)
+    while not provider.requests:  # the server has read the request and hangs on it
+        time.sleep(0.001)
+    closer = threading.Thread(target=provider.close)
+    closer.start()
+    # close() neither waits for the hang nor for a poll of the serving loop; the client
+    # sees the connection end instead of an answer an hour later.
+    with pytest.raises(http.client.RemoteDisconnected):
+        connection.getresponse()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    connection.close()
+
+
+def test_closing_the_provider_shuts_its_keep_alive_connections():
+    provider = FakeProvider(Answer("first")).start()
+    connection = http.client.HTTPConnection(*urlsplit(provider.url).netloc.split(":"), timeout=60)
+    _post(connection)
+    reply = connection.getresponse()
+    assert json.loads(reply.read())["choices"][0]["message"]["content"] == "first"
+    assert not reply.will_close  # the connection stays open for the next request
+    provider.close()
+    assert connection.sock is not None
+    assert connection.sock.recv(1) == b""  # the server ended it: no client waits on it
+    connection.close()
+
+
+def test_a_closed_provider_refuses_connections_and_can_be_started_again():
+    provider = FakeProvider(Answer("first"), Answer("second")).start()
+    old = urlsplit(provider.url)
+    provider.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((old.hostname, old.port), timeout=60).close()
+    with provider:
+        connection = http.client.HTTPConnection(
+            *urlsplit(provider.url).netloc.split(":"), timeout=60
+        )
+        _post(connection)
+        assert json.loads(connection.getresponse().read())["choices"][0]["message"]["content"] == (
+            "first"
+        )
+        connection.close()
+    assert len(provider.requests) == 1

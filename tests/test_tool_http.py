@@ -1,5 +1,4 @@
 import contextlib
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -8,6 +7,7 @@ import pytest
 from art.errors import ConfigurationError
 from art.invocation import invoke_tool
 from art.registry import ToolRegistry
+from art.testing._serving import ServerThread
 from art.tooling import ExecutionContext
 from art.tools import HttpGet
 
@@ -72,14 +72,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(5)
+    with ServerThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as serving:
+        yield f"http://127.0.0.1:{serving.server.server_port}"
 
 
 def make_context() -> ExecutionContext:

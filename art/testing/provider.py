@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from art.testing._serving import ServerThread
+
 __all__ = ["Answer", "FakeProvider", "HTTPStatus", "Hang", "Malformed", "ProviderRequest"]
 
 _WORD = re.compile(r"\S+\s*|\s+")
@@ -160,47 +162,36 @@ class FakeProvider:
         self._queue: deque[Reply] = deque(replies)
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self._serving: ServerThread[ThreadingHTTPServer] | None = None
         # Open client connections, shut on close (a keep-alive one would outlive the server).
         self._connections: set[socket.socket] = set()
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> FakeProvider:
         """Listen on a free port of 127.0.0.1 (done by `with` too)."""
-        if self._server is not None:
+        if self._serving is not None:
             return self
         provider = self
 
         class Handler(_Handler):
             owner = provider
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        self._server = server
         self._closing.clear()
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._serving = ServerThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler)).start()
         return self
 
     def close(self) -> None:
         """Stop the server; requests still hanging are released."""
         self._closing.set()
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.close()
         with self._lock:
             connections, self._connections = self._connections, set()
         for connection in connections:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
     def __enter__(self) -> FakeProvider:
         return self.start()
@@ -211,9 +202,9 @@ class FakeProvider:
     @property
     def url(self) -> str:
         """`http://127.0.0.1:<port>`: the `api_base` of Anthropic and Ollama models."""
-        if self._server is None:
+        if self._serving is None:
             raise RuntimeError("the FakeProvider is not started: use `with` or start()")
-        return f"http://127.0.0.1:{self._server.server_port}"
+        return f"http://127.0.0.1:{self._serving.server.server_port}"
 
     @property
     def openai_base(self) -> str:
