@@ -1,18 +1,41 @@
-"""Queue test fixtures: a warm forkserver for worker processes, and handles on those workers."""
+"""Queue test fixtures: databases with the queue's tables, a warm forkserver for worker
+processes, and handles on those workers."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
 
-# A fresh database on the session's PostgreSQL server (tests/storage/conftest.py).
-from storage.conftest import postgres_database  # noqa: F401
+# Databases on the session's PostgreSQL server (tests/storage/conftest.py).
+from storage.conftest import emptied, fresh_database, postgres_database  # noqa: F401
 from warm_processes import warm_forkserver
+
+
+@pytest.fixture(scope="session")
+def queue_tables(postgres_server: str) -> Iterator[str]:
+    """A database of the session's with art's tables and the queue's (procrastinate's)."""
+    from art.queue import RunQueue
+
+    async def create_tables() -> None:
+        async with RunQueue(url):  # opening the queue creates them
+            pass
+
+    with fresh_database(postgres_server) as url:
+        asyncio.run(create_tables())
+        yield url
+
+
+@pytest.fixture
+def queue_database(queue_tables: str) -> str:
+    """A database with art's and the queue's tables, empty (the session's, emptied)."""
+    return emptied(queue_tables)
 
 
 @pytest.fixture(scope="session")

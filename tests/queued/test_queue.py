@@ -70,7 +70,7 @@ def gate_plan(messages: list[dict[str, Any]], metadata: Any) -> dict[str, Any]:
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
-        return str(request.getfixturevalue("postgres_database"))
+        return str(request.getfixturevalue("queue_database"))
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'art.db'}"
 
 
@@ -301,7 +301,7 @@ async def test_finished_jobs_are_deleted_and_their_runs_stay_readable(
     storage_url: str, gate: Gate
 ) -> None:
     model = ScriptedModel(planning=gate_plan, synthesis="done")
-    queue = FAST | {"in_process": True, "keep_finished_s": 0.2}
+    queue = FAST | {"in_process": True, "keep_finished_s": 0.05}
     inst = art.create_art_instance(
         model=model.model, tools=[gate.tool], storage=storage_url, queue=queue
     )
@@ -310,10 +310,10 @@ async def test_finished_jobs_are_deleted_and_their_runs_stay_readable(
         handle = await inst.asubmit("first", "t1")
         assert (await asyncio.wait_for(handle.result(), 10)).status == "completed"
         backend = inst.queue.backend
-        for _ in range(200):  # the worker deletes it within keep_finished_s + heartbeat_s
+        for _ in range(1000):  # the worker deletes it within keep_finished_s + heartbeat_s
             if await backend.job(handle.id) is None:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         assert await backend.job(handle.id) is None
         assert (await inst.queue.stats()).jobs == {}
         # The handle, and one got again by id, read the run from storage.
@@ -361,12 +361,14 @@ def _no_stray_threads() -> Iterator[None]:
     assert not {name for name in left if name.startswith("art-queue")}, left
 
 
-@pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-async def test_workers_report_opentelemetry_metrics(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("queue_database"))
+    return f"sqlite:///{tmp_path / 'a.db'}"
+
+
+async def test_workers_report_opentelemetry_metrics(durable_url: str) -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -378,11 +380,6 @@ async def test_workers_report_opentelemetry_metrics(
         "title": "Sum",
         "steps": [{"id": "s1", "tool": "calculator", "args": {"expression": "1+1"}}],
     }
-    url = (
-        str(request.getfixturevalue("postgres_database"))
-        if backend == "postgres"
-        else f"sqlite:///{tmp_path / 'a.db'}"
-    )
 
     def points() -> dict[str, list[Any]]:
         data = reader.get_metrics_data()
@@ -397,7 +394,7 @@ async def test_workers_report_opentelemetry_metrics(
         inst = art.create_art_instance(
             model=model.model,
             tools=[Calculator()],
-            storage=url,
+            storage=durable_url,
             queue={**FAST, "in_process": False},
         )
         async with inst:
@@ -411,9 +408,13 @@ async def test_workers_report_opentelemetry_metrics(
             handles = [await inst.asubmit(f"q{n}", f"t{n}") for n in range(3)]
             for handle in handles:
                 assert (await asyncio.wait_for(handle.result(), 10)).status == "completed"
-            points()  # a reader collected the gauges: the worker keeps their figures fresh
-            await asyncio.sleep(FAST["heartbeat_s"] * 4)
-            found = points()
+            found = points()  # a reader collected the gauges: the worker now reads the
+            # queue's figures at each heartbeat (after these runs ended) for them
+            for _ in range(1000):
+                if "art.queue.depth" in found:
+                    break
+                await asyncio.sleep(0.01)
+                found = points()
             workers[0].stop()
             await serving
     provider.shutdown()
@@ -434,7 +435,7 @@ async def test_workers_report_opentelemetry_metrics(
 
 @pytest.mark.postgres
 async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_over(
-    postgres_database: str, gate: Gate
+    queue_database: str, gate: Gate
 ) -> None:
     """A live worker the others took for dead (its heartbeats stopped reaching the database):
     the run it holds is taken over, the lease keeps the two from running it together, it
@@ -445,7 +446,7 @@ async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_
     queue = FAST | {"in_process": False}
     first, second = (
         art.create_art_instance(
-            model=model.model, tools=[gate.tool], storage=postgres_database, queue=queue
+            model=model.model, tools=[gate.tool], storage=queue_database, queue=queue
         )
         for _ in range(2)
     )
@@ -455,7 +456,7 @@ async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_
             serving = [asyncio.create_task(run_worker(first, name="a", started=workers.append))]
             handle = await first.asubmit("slow", "t1")
             await gate.wait_entered(1)
-            async with await psycopg.AsyncConnection.connect(postgres_database) as conn:
+            async with await psycopg.AsyncConnection.connect(queue_database) as conn:
                 await conn.execute(  # what the others do to a worker silent too long
                     "DELETE FROM procrastinate_workers WHERE id IN"
                     " (SELECT worker_id FROM art_queue_workers WHERE name = 'a')"

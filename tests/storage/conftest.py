@@ -12,8 +12,6 @@ import pytest
 
 from art.state import StorageAdapter
 
-TABLES = ("events", "messages", "suspensions", "steps", "runs", "threads")
-
 
 def _with_database(url: str, database: str) -> str:
     """`url` (a postgresql:// URL) naming another database on the same server."""
@@ -59,12 +57,23 @@ def postgres_tables(postgres_server: str) -> str:
     return postgres_server
 
 
-def _emptied(url: str) -> str:
-    """The session's database with every table emptied: cheaper than a database per test."""
+def emptied(url: str) -> str:
+    """The database at `url` as a fresh one with its tables would be, and cheaper than a
+    database per test: sessions earlier tests left are ended, and every table but the
+    schema version is emptied, its sequences restarted."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND usename = current_user AND backend_type = 'client backend'"
+        )
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            " AND tablename <> 'schema_version'"
+        ).fetchall()
+        conn.execute(f"TRUNCATE {', '.join(name for (name,) in tables)} RESTART IDENTITY")
     return url
 
 
@@ -90,7 +99,7 @@ def _target(kind: str, request: pytest.FixtureRequest) -> str:
         path = request.getfixturevalue("tmp_path") / "art.db"
         return f"sqlite:///{path}" + ("?synchronous=full" if kind == "sqlite_full" else "")
     if kind == "postgres":
-        return _emptied(request.getfixturevalue("postgres_tables"))
+        return emptied(request.getfixturevalue("postgres_tables"))
     raise AssertionError(kind)
 
 
