@@ -46,6 +46,15 @@ async def call(llm: LLMClient, run, *, model="openai/fake", stream=False, **kwar
     )
 
 
+async def warmed(llm: LLMClient, provider: FakeProvider) -> LLMClient:
+    """`llm` after one answered call, with the provider's log emptied: litellm's first call
+    in a process loads its client, which a test timing retries must not count."""
+    provider.queue(Answer())
+    await call(llm, run_for())
+    provider.requests.clear()
+    return llm
+
+
 async def failure(llm: LLMClient, run, **kwargs) -> ModelError:
     with pytest.raises(ModelError) as info:
         await call(llm, run, **kwargs)
@@ -118,15 +127,15 @@ async def test_an_anthropic_server_answers_through_the_messages_api(fake_provide
 
 
 async def test_retry_after_ms_sets_the_wait_before_the_retry(fake_provider):
-    fake_provider.queue(HTTPStatus(429, {"retry-after-ms": "400"}))
+    fake_provider.queue(HTTPStatus(429, {"retry-after-ms": "200"}))
     run = run_for()
     events = listened(run)
     result = await call(client(fake_provider), run)
     assert result.content == "ok"
     first, second = fake_provider.requests
-    assert second.received_at - first.received_at >= 0.4
+    assert second.received_at - first.received_at >= 0.2
     [retry] = [e.data for e in events if e.name == "error"]
-    assert retry["code"] == "RATE_LIMITED" and retry["retry_in_s"] == pytest.approx(0.4)
+    assert retry["code"] == "RATE_LIMITED" and retry["retry_in_s"] == pytest.approx(0.2)
 
 
 @pytest.mark.slow
@@ -157,32 +166,35 @@ async def test_a_wait_beyond_the_retry_budget_fails_at_once_with_retry_after(fak
 
 async def test_the_wait_is_capped_by_llm_max_retry_delay_s(fake_provider):
     fake_provider.queue(HTTPStatus(429, {"Retry-After": "20"}))
-    run = run_for(llm_max_retry_delay_s=0.2)
+    run = run_for(llm_max_retry_delay_s=0.1)
     result = await call(client(fake_provider), run)
     assert result.content == "ok"
     first, second = fake_provider.requests
-    assert 0.2 <= second.received_at - first.received_at < 2
+    assert 0.1 <= second.received_at - first.received_at < 2
 
 
 async def test_the_retry_budget_bounds_the_whole_call(fake_provider):
+    llm = await warmed(client(fake_provider), fake_provider)
     fake_provider.default = HTTPStatus(429, {"retry-after-ms": "300"})
-    run = run_for(llm_max_retries=10, llm_retry_budget_s=0.8)
-    error = await failure(client(fake_provider), run)
+    run = run_for(llm_max_retries=10, llm_retry_budget_s=0.5)
+    error = await failure(llm, run)
     assert error.code == ModelErrorCode.RATE_LIMITED and error.retry_after_s == 0.3
-    # Retries start at about 0.3 and 0.6 s; one at 0.9 s would pass the budget.
-    assert len(fake_provider.requests) == 3
-    assert run.stats.llm_calls == 3
+    # A retry starts at about 0.3 s; a second at 0.6 s would pass the budget, though
+    # its wait alone would not.
+    assert len(fake_provider.requests) == 2
+    assert run.stats.llm_calls == 2
     assert since_first_request(fake_provider) < 1.5  # ten retries would take 3 s
 
 
 async def test_the_retry_budget_counts_attempts_that_time_out(fake_provider):
+    llm = await warmed(client(fake_provider), fake_provider)
     fake_provider.default = Hang(30)
-    run = run_for(llm_timeout_s=0.3, llm_max_retries=10, llm_retry_budget_s=0.5)
-    error = await failure(client(fake_provider), run)
+    run = run_for(llm_timeout_s=0.2, llm_max_retries=10, llm_retry_budget_s=0.38)
+    error = await failure(llm, run)
     assert error.code == ModelErrorCode.TIMEOUT
-    # Attempts at 0 and 0.3 s; a third at 0.6 s would start after the budget.
+    # Attempts at 0 and 0.2 s; a third at 0.4 s would start after the budget.
     assert len(fake_provider.requests) == 2
-    assert since_first_request(fake_provider) < 0.5 + 0.3 + 0.5
+    assert since_first_request(fake_provider) < 0.38 + 0.2 + 0.5
 
 
 # -- server errors and bodies -------------------------------------------------------------
@@ -236,7 +248,7 @@ async def test_a_bad_key_is_an_authentication_error_and_the_echoed_key_is_masked
 
 async def test_a_hanging_server_times_out_per_attempt_and_is_retried(fake_provider):
     fake_provider.queue(Hang(30), Hang(30))
-    run = run_for(llm_timeout_s=0.3, llm_max_retries=1)
+    run = run_for(llm_timeout_s=0.2, llm_max_retries=1)
     error = await failure(client(fake_provider), run)
     assert since_first_request(fake_provider) < 3
     assert error.code == ModelErrorCode.TIMEOUT and error.retryable
@@ -246,19 +258,19 @@ async def test_a_hanging_server_times_out_per_attempt_and_is_retried(fake_provid
 async def test_a_timeout_in_llm_params_takes_precedence(fake_provider):
     fake_provider.queue(Hang(30))
     run = run_for(llm_timeout_s=100, llm_max_retries=0)
-    error = await failure(client(fake_provider, timeout=0.3), run)
+    error = await failure(client(fake_provider, timeout=0.2), run)
     assert error.code == ModelErrorCode.TIMEOUT and since_first_request(fake_provider) < 3
 
 
 async def test_a_hang_shorter_than_the_timeout_is_answered(fake_provider):
-    fake_provider.queue(Hang(0.2, then=Answer("late but fine")))
+    fake_provider.queue(Hang(0.1, then=Answer("late but fine")))
     result = await call(client(fake_provider), run_for(llm_timeout_s=5))
     assert result.content == "late but fine"
 
 
 async def test_a_silent_stream_times_out_before_its_first_chunk_and_is_retried(fake_provider):
     fake_provider.queue(Answer("never", chunk_delay_s=30), Answer("fine"))
-    run = run_for(llm_stream_idle_timeout_s=0.3)
+    run = run_for(llm_stream_idle_timeout_s=0.2)
     events = listened(run)
     result = await call(client(fake_provider), run, stream=True)
     assert result.content == "fine" and len(fake_provider.requests) == 2
@@ -267,7 +279,7 @@ async def test_a_silent_stream_times_out_before_its_first_chunk_and_is_retried(f
 
 
 async def test_a_slow_stream_within_the_idle_limit_completes(fake_provider):
-    fake_provider.queue(Answer("slow but steady", chunk_delay_s=0.1))
+    fake_provider.queue(Answer("slow but steady", chunk_delay_s=0.05))
     run = run_for(llm_stream_idle_timeout_s=1)
     listened(run)
     result = await call(client(fake_provider), run, stream=True)
@@ -276,7 +288,7 @@ async def test_a_slow_stream_within_the_idle_limit_completes(fake_provider):
 
 async def test_a_stream_that_goes_silent_after_chunks_fails_without_a_retry(fake_provider):
     fake_provider.queue(Answer("a b c d", stall_after_chunks=2))
-    run = run_for(llm_stream_idle_timeout_s=0.3)
+    run = run_for(llm_stream_idle_timeout_s=0.2)
     events = listened(run)
     error = await failure(client(fake_provider), run, stream=True)
     assert error.code == ModelErrorCode.TIMEOUT

@@ -119,11 +119,11 @@ async def test_art_environment_variables_configure_the_provider(fake_provider, m
     monkeypatch.setenv("ART_API_BASE", fake_provider.openai_base)
     monkeypatch.setenv("ART_API_KEY_ENV", "MY_SERVER_KEY")
     monkeypatch.setenv("MY_SERVER_KEY", "env-key")
-    monkeypatch.setenv("ART_TIMEOUT", "0.3")
+    monkeypatch.setenv("ART_TIMEOUT", "0.2")
     fake_provider.queue(Hang(30), Hang(30))
     config = {"llm_max_retries": 1, "retry_backoff_s": 0}
     inst = instance(fake_provider, llm_params={}, execution_config=config)
-    assert inst.config.execution_config.llm_timeout_s == 0.3
+    assert inst.config.execution_config.llm_timeout_s == 0.2
     resp = await run(inst)
     assert resp.metadata.error.code == "TIMEOUT"
     assert len(fake_provider.requests) == 2
@@ -133,10 +133,10 @@ async def test_art_environment_variables_configure_the_provider(fake_provider, m
 async def test_the_timeout_can_be_set_for_one_call(fake_provider):
     fake_provider.queue(Hang(30))
     async with instance(fake_provider) as inst:
-        options = {"execution_config": {"llm_timeout_s": 0.3, "llm_max_retries": 0}}
+        options = {"execution_config": {"llm_timeout_s": 0.2, "llm_max_retries": 0}}
         resp = await inst.aprocess(QUERY, "t", options)
     assert inst.config.execution_config.llm_timeout_s is None  # the instance keeps its own
-    assert resp.metadata.error.code == "TIMEOUT" and "0.3 s" in resp.metadata.error.message
+    assert resp.metadata.error.code == "TIMEOUT" and "0.2 s" in resp.metadata.error.message
 
 
 def test_explicit_settings_win_over_the_environment(fake_provider, monkeypatch):

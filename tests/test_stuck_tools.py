@@ -21,6 +21,8 @@ from art.invocation import CallTimeouts, invoke_tool
 
 GUARD_S = 10.0
 GRACE_S = 0.3
+# A tool that never stops is abandoned after any grace; a short one keeps its test quick.
+SHORT_GRACE_S = 0.05
 
 
 def done(context: art.ExecutionContext, name: str, output: Any = None) -> art.ToolResult:
@@ -129,7 +131,13 @@ def warnings_about(caplog: pytest.LogCaptureFixture, tool: str) -> list[dict[str
 
 async def test_an_async_tool_ignoring_its_timeout_is_abandoned_and_the_run_ends(instance, caplog):
     tool = Stubborn()
-    inst = instance(one_step("stubborn"), [tool], step_timeout_s=0.2, step_max_retries=2)
+    inst = instance(
+        one_step("stubborn"),
+        [tool],
+        step_timeout_s=0.05,
+        step_max_retries=2,
+        tool_stop_grace_s=SHORT_GRACE_S,
+    )
     started = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="art.invocation"):
         resp = await asyncio.wait_for(inst.aprocess("go", "t"), GUARD_S)
@@ -139,21 +147,23 @@ async def test_an_async_tool_ignoring_its_timeout_is_abandoned_and_the_run_ends(
     assert "did not stop" in step.result.error and "abandoned" in step.result.error
     assert step.attempts == 1  # not retried: the abandoned call is still running
     assert tool.cancels >= 1  # it was told to stop
-    assert took < 0.2 + GRACE_S + 3
+    assert took < 0.05 + SHORT_GRACE_S + 3
     (warning,) = warnings_about(caplog, "stubborn")
-    assert "abandoned" in warning["event"] and warning["grace_s"] == GRACE_S
+    assert "abandoned" in warning["event"] and warning["grace_s"] == SHORT_GRACE_S
 
 
 async def test_cancel_returns_a_run_whose_async_tool_ignores_cancellation(instance, caplog):
     tool = Stubborn()
-    inst = instance(one_step("stubborn"), [tool], step_timeout_s=None)
+    inst = instance(
+        one_step("stubborn"), [tool], step_timeout_s=None, tool_stop_grace_s=SHORT_GRACE_S
+    )
     task = asyncio.create_task(inst.aprocess("go", "t"))
     await asyncio.wait_for(tool.started.wait(), GUARD_S)
     with caplog.at_level(logging.WARNING, logger="art.invocation"):
         cancelled_at = time.perf_counter()
         inst.cancel("t", "stop now")
         resp = await asyncio.wait_for(task, GUARD_S)
-    assert time.perf_counter() - cancelled_at < GRACE_S + 2
+    assert time.perf_counter() - cancelled_at < SHORT_GRACE_S + 2
     assert resp.metadata.error.code == "CANCELLED"
     (step,) = resp.steps
     assert step.status == "cancelled" and step.result.error_code == "CANCELLED"
@@ -175,14 +185,14 @@ async def test_a_tool_that_cleans_up_after_its_cancellation_is_waited_for(instan
                 cleaned.set()
                 raise
 
-    inst = instance(one_step("tidy"), [Tidy()], step_timeout_s=0.1, step_max_retries=0)
+    inst = instance(one_step("tidy"), [Tidy()], step_timeout_s=0.05, step_max_retries=0)
     resp = await asyncio.wait_for(inst.aprocess("go", "t"), GUARD_S)
     assert resp.steps[0].result.error_code == "TIMEOUT" and cleaned.is_set()
 
 
 async def test_a_timed_out_sync_tool_is_retried_only_once_its_attempt_stopped(instance):
     polite = Polite()
-    inst = instance(one_step("polite"), [polite], step_timeout_s=0.1, step_max_retries=2)
+    inst = instance(one_step("polite"), [polite], step_timeout_s=0.05, step_max_retries=2)
     resp = await asyncio.wait_for(inst.aprocess("go", "t"), GUARD_S)
     (step,) = resp.steps
     assert step.result.error_code == "TIMEOUT" and step.attempts == 3
@@ -191,7 +201,13 @@ async def test_a_timed_out_sync_tool_is_retried_only_once_its_attempt_stopped(in
 
 async def test_a_timed_out_sync_tool_that_does_not_stop_is_not_retried(instance, caplog):
     blocked = Blocked()
-    inst = instance(one_step("blocked"), [blocked], step_timeout_s=0.1, step_max_retries=2)
+    inst = instance(
+        one_step("blocked"),
+        [blocked],
+        step_timeout_s=0.05,
+        step_max_retries=2,
+        tool_stop_grace_s=SHORT_GRACE_S,
+    )
     try:
         with caplog.at_level(logging.WARNING, logger="art.invocation"):
             resp = await asyncio.wait_for(inst.aprocess("go", "t"), GUARD_S)
