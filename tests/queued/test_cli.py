@@ -136,7 +136,7 @@ def test_bad_queue_options_are_usage_errors(invoke: Any, db: str) -> None:
     )
     missing = invoke("worker", "--instance", "no_such_module_here:make")
     assert missing.exit_code == EXIT_USAGE and "cannot import" in missing.output
-    timeout = invoke("submit", "q", "--storage", db, "--wait", "--timeout", "0.2")
+    timeout = invoke("submit", "q", "--storage", db, "--wait", "--timeout", "0.05")
     assert timeout.exit_code == 1 and "error TIMEOUT" in timeout.output
 
 

@@ -235,15 +235,16 @@ async def test_a_write_waits_for_another_process_holding_the_write_lock(tmp_path
     storage = SQLiteStorage(path)
     await storage.open()
     await storage.create_run(make_run("t", "r"))
-    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # as another process's long write would
-    threading.Timer(0.3, other.execute, args=("COMMIT",)).start()
 
-    started = time.monotonic()
-    await storage.save_step("r", StepRecord(step_id="s1", status="completed"))
-    waited = time.monotonic() - started
+    step = StepRecord(step_id="s1", status="completed")
+    write = asyncio.create_task(storage.save_step("r", step))
+    await asyncio.sleep(0.1)
+    assert not write.done()  # neither failed nor written while the lock was held
+    other.execute("COMMIT")
+    await asyncio.wait_for(write, 10)
 
-    assert waited >= 0.25
     run = await storage.get_run("r")
     assert run is not None and run.steps["s1"].status == "completed"
     other.close()
