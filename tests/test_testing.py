@@ -335,17 +335,25 @@ async def test_a_json_reply_is_rendered_once_when_the_model_is_made():
 # -- the fake provider's lifecycle ----------------------------------------------------------
 
 
-def _post(connection: http.client.HTTPConnection) -> None:
+def _posted(provider: FakeProvider) -> http.client.HTTPConnection:
+    """A connection to `provider` that has sent it one chat completions request."""
+    connection = http.client.HTTPConnection("127.0.0.1", urlsplit(provider.url).port, timeout=60)
     body = json.dumps({"model": "fake", "messages": USER})
     connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+    return connection
 
 
-def test_closing_the_provider_ends_a_hanging_request_at_once():
+def _content(connection: http.client.HTTPConnection) -> str:
+    return json.loads(connection.getresponse().read())["choices"][0]["message"]["content"]
+
+
+def test_closing_the_provider_ends_a_hanging_request_without_waiting_for_it():
     provider = FakeProvider(Hang(3600)).start()
-    connection = http.client.HTTPConnection(*urlsplit(provider.url).netloc.split(":"), timeout=60)
-    _post(connection)
-    while not provider.requests:  # the server has read the request and hangs on it
+    connection = _posted(provider)
+    deadline = time.monotonic() + 10
+    while not provider.requests and time.monotonic() < deadline:
         time.sleep(0.001)
+    assert provider.requests  # the server has read the request and hangs on it
     closer = threading.Thread(target=provider.close)
     closer.start()
     # close() neither waits for the hang nor for a poll of the serving loop; the client
@@ -359,13 +367,10 @@ def test_closing_the_provider_ends_a_hanging_request_at_once():
 
 def test_closing_the_provider_shuts_its_keep_alive_connections():
     provider = FakeProvider(Answer("first")).start()
-    connection = http.client.HTTPConnection(*urlsplit(provider.url).netloc.split(":"), timeout=60)
-    _post(connection)
-    reply = connection.getresponse()
-    assert json.loads(reply.read())["choices"][0]["message"]["content"] == "first"
-    assert not reply.will_close  # the connection stays open for the next request
+    connection = _posted(provider)
+    assert _content(connection) == "first"
+    assert connection.sock is not None  # kept open for the next request
     provider.close()
-    assert connection.sock is not None
     assert connection.sock.recv(1) == b""  # the server ended it: no client waits on it
     connection.close()
 
@@ -377,12 +382,7 @@ def test_a_closed_provider_refuses_connections_and_can_be_started_again():
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((old.hostname, old.port), timeout=60).close()
     with provider:
-        connection = http.client.HTTPConnection(
-            *urlsplit(provider.url).netloc.split(":"), timeout=60
-        )
-        _post(connection)
-        assert json.loads(connection.getresponse().read())["choices"][0]["message"]["content"] == (
-            "first"
-        )
+        connection = _posted(provider)
+        assert _content(connection) == "first"
         connection.close()
     assert len(provider.requests) == 1
