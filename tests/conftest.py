@@ -2,17 +2,23 @@
 
 import functools
 import gc
+import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
+from postgres_databases import fresh_database
 
 # Hypothesis keeps its example database and caches outside the checkout (read when first used).
 os.environ.setdefault(
@@ -28,7 +34,9 @@ os.environ.setdefault("ART_STORAGE", "memory://")
 
 POSTGRES_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.sh"
 # The server a whole-suite run starts while the tests are collected (see pytest_sessionstart).
-EARLY_POSTGRES = pytest.StashKey["subprocess.Popen[str]"]()
+EARLY_POSTGRES = pytest.StashKey["_ServerStart"]()
+# The pytest-xdist workers' input naming the file that reports the controller's server start.
+SHARED_POSTGRES = "art_postgres_start"
 
 
 def _postgres_binaries_present() -> bool:
@@ -41,16 +49,6 @@ def _no_postgres(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _start_postgres() -> "subprocess.Popen[str]":
-    return subprocess.Popen(
-        [str(POSTGRES_SCRIPT), "start"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "ART_PG_OWNER": str(os.getpid())},  # reaped if we die
-    )
-
-
 def _exports(out: str) -> dict[str, str]:
     """The variables in the `export NAME=value` lines `.ci/postgres.sh start` prints."""
     return dict(
@@ -58,14 +56,6 @@ def _exports(out: str) -> dict[str, str]:
         for line in out.splitlines()
         if line.startswith("export ")
     )
-
-
-def _started(process: "subprocess.Popen[str]") -> dict[str, str]:
-    """What the server's start exported; skips (fails under CI) if it did not start."""
-    out, err = process.communicate(timeout=180)
-    if process.returncode != 0:
-        _no_postgres(f".ci/postgres.sh start failed:\n{err}")
-    return _exports(out)
 
 
 def _stop_postgres(exported: dict[str, str]) -> None:
@@ -76,25 +66,113 @@ def _stop_postgres(exported: dict[str, str]) -> None:
     )
 
 
+class _ServerStart:
+    """`.ci/postgres.sh start` under way; how it ended is written to `report` (JSON), which
+    pytest-xdist workers, other processes, read to share the server."""
+
+    def __init__(self) -> None:
+        self.report = Path(tempfile.mkdtemp(prefix="art-pg-start-")) / "outcome.json"
+        process = subprocess.Popen(
+            [str(POSTGRES_SCRIPT), "start"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "ART_PG_OWNER": str(os.getpid())},  # reaped if we die
+        )
+        self._waiter = threading.Thread(
+            target=self._report, args=(process,), name="art-postgres-start", daemon=True
+        )
+        self._waiter.start()
+
+    def _report(self, process: "subprocess.Popen[str]") -> None:
+        try:
+            out, err = process.communicate(timeout=180)
+            outcome = {"returncode": process.returncode, "out": out, "err": err}
+        except Exception as exc:  # reported, so that no worker waits for nothing
+            outcome = {"returncode": -1, "out": "", "err": repr(exc)}
+        staged = self.report.with_suffix(".tmp")
+        staged.write_text(json.dumps(outcome))
+        staged.replace(self.report)  # readers find all of it or nothing
+
+    def exported(self) -> dict[str, str]:
+        """What the start exported; skips (fails under CI) if the server did not start."""
+        self._waiter.join()
+        return _reported(self.report)
+
+    def close(self) -> None:
+        """Stop the server if it started, and remove the report."""
+        self._waiter.join()
+        outcome = json.loads(self.report.read_text())
+        if outcome["returncode"] == 0:
+            _stop_postgres(_exports(outcome["out"]))
+        shutil.rmtree(self.report.parent, ignore_errors=True)
+
+
+def _reported(report: Path) -> dict[str, str]:
+    """What the server start reported in `report` exported, once it has ended; skips (fails
+    under CI) if the server did not start."""
+    deadline = time.monotonic() + 200
+    while not report.exists():
+        if time.monotonic() > deadline:
+            _no_postgres(f"no report of the PostgreSQL server's start in {report}")
+        time.sleep(0.02)
+    outcome = json.loads(report.read_text())
+    if outcome["returncode"] != 0:
+        _no_postgres(f".ci/postgres.sh start failed:\n{outcome['err']}")
+    return _exports(outcome["out"])
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """A run of the whole suite uses PostgreSQL: start its server while the tests are
-    collected rather than when the first PostgreSQL test waits for it."""
+    collected rather than when the first PostgreSQL test waits for it. Under pytest-xdist
+    the controller starts it and the workers share it."""
     config = session.config
-    if _distributing(config):  # the workers run the tests, each with its own server
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
         return
     whole_suite = config.args_source is pytest.Config.ArgsSource.TESTPATHS
     if whole_suite and not os.environ.get("ART_TEST_POSTGRES_URL") and _postgres_binaries_present():
-        config.stash[EARLY_POSTGRES] = _start_postgres()
+        config.stash[EARLY_POSTGRES] = _ServerStart()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each pytest-xdist worker where the controller reports its server's start."""
+    start = node.config.stash.get(EARLY_POSTGRES, None)
+    if start is not None:
+        node.workerinput[SHARED_POSTGRES] = str(start.report)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the early server if no test asked for it (a -k or -x run)."""
-    unused = session.config.stash.get(EARLY_POSTGRES, None)
-    if unused is not None:
+    """Stop the early server if no test asked for it (a -k or -x run), or once the
+    pytest-xdist workers sharing it are done."""
+    start = session.config.stash.get(EARLY_POSTGRES, None)
+    if start is not None:
         del session.config.stash[EARLY_POSTGRES]
-        out, _ = unused.communicate(timeout=180)
-        if unused.returncode == 0:
-            _stop_postgres(_exports(out))
+        start.close()
+
+
+@contextmanager
+def _server(config: pytest.Config) -> Iterator[str]:
+    """The URL of the server's database; a server this process started is stopped after."""
+    url = os.environ.get("ART_TEST_POSTGRES_URL")
+    shared = getattr(config, "workerinput", {}).get(SHARED_POSTGRES)
+    if url:
+        yield url
+        return
+    if shared:  # the pytest-xdist controller's, which stops it
+        yield _reported(Path(shared))["ART_TEST_POSTGRES_URL"]
+        return
+    start = config.stash.get(EARLY_POSTGRES, None)
+    if start is not None:
+        del config.stash[EARLY_POSTGRES]  # stopped here now
+    elif not _postgres_binaries_present():
+        _no_postgres("no ART_TEST_POSTGRES_URL and no PostgreSQL binaries (.ci/postgres.sh)")
+    else:
+        start = _ServerStart()
+    try:
+        yield start.exported()["ART_TEST_POSTGRES_URL"]
+    finally:
+        start.close()
 
 
 @pytest.fixture(scope="session")
@@ -102,23 +180,17 @@ def postgres_server(pytestconfig: pytest.Config) -> Iterator[str]:
     """The URL of a PostgreSQL database for tests, one server for the whole session.
 
     It comes from `ART_TEST_POSTGRES_URL` if set; otherwise, when the server binaries are
-    installed, the session starts its own with `.ci/postgres.sh` and stops it at the end.
-    Without either, PostgreSQL tests skip, except under `CI`, where they fail.
+    installed, the session starts its own with `.ci/postgres.sh` and stops it at the end
+    (under pytest-xdist the controller starts one for all its workers). Each pytest-xdist
+    worker gets a database of its own on the server. Without either, PostgreSQL tests skip,
+    except under `CI`, where they fail.
     """
-    url = os.environ.get("ART_TEST_POSTGRES_URL")
-    if url:
-        yield url
-        return
-    early = pytestconfig.stash.get(EARLY_POSTGRES, None)
-    if early is not None:
-        del pytestconfig.stash[EARLY_POSTGRES]  # this fixture stops it now
-    elif not _postgres_binaries_present():
-        _no_postgres("no ART_TEST_POSTGRES_URL and no PostgreSQL binaries (.ci/postgres.sh)")
-    exported = _started(early or _start_postgres())
-    try:
-        yield exported["ART_TEST_POSTGRES_URL"]
-    finally:
-        _stop_postgres(exported)
+    with _server(pytestconfig) as url:
+        if hasattr(pytestconfig, "workerinput"):
+            with fresh_database(url) as own:
+                yield own
+        else:
+            yield url
 
 
 @pytest.fixture
@@ -144,12 +216,6 @@ def _cli_commands_built_once() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(typer_testing, "_get_command", functools.cache(typer_testing._get_command))
         yield
-
-
-def _distributing(config: pytest.Config) -> bool:
-    """Whether this process hands the tests to pytest-xdist workers (`-n`)."""
-    workers = getattr(config.option, "numprocesses", None)  # None without pytest-xdist
-    return bool(workers) and not hasattr(config, "workerinput")
 
 
 @pytest.hookimpl(tryfirst=True)

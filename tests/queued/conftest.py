@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 # Databases on the session's PostgreSQL server (tests/storage/conftest.py).
-from storage.conftest import emptied, fresh_database, postgres_database  # noqa: F401
+from postgres_databases import fresh_database
+from storage.conftest import emptied, postgres_database  # noqa: F401
 from warm_processes import warm_forkserver
 
 

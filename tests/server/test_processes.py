@@ -95,7 +95,7 @@ def wait_for(predicate: object, timeout: float = 60.0) -> None:
 @pytest.fixture(scope="module")
 def database(postgres_server: str) -> Iterator[str]:
     """A fresh database for the module's servers."""
-    from storage.conftest import fresh_database
+    from postgres_databases import fresh_database
 
     with fresh_database(postgres_server) as url:
         yield url

@@ -4,36 +4,13 @@ PostgreSQL server (`postgres_server`, tests/conftest.py)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 
 import pytest
+from postgres_databases import fresh_database
 
 from art.state import StorageAdapter
-
-
-def _with_database(url: str, database: str) -> str:
-    """`url` (a postgresql:// URL) naming another database on the same server."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
-
-
-@contextmanager
-def fresh_database(server_url: str) -> Iterator[str]:
-    """The URL of a new, empty database on the server at `server_url`, dropped after."""
-    import psycopg
-
-    name = f"art_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield _with_database(server_url, name)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
