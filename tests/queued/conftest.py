@@ -15,7 +15,7 @@ import pytest
 
 # Databases on the session's PostgreSQL server (tests/storage/conftest.py).
 from postgres_databases import fresh_database
-from storage.conftest import emptied, postgres_database  # noqa: F401
+from storage.conftest import emptied, postgres_database, sqlite_directory  # noqa: F401
 from warm_processes import warm_forkserver
 
 

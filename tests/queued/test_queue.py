@@ -68,10 +68,12 @@ def gate_plan(messages: list[dict[str, Any]], metadata: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def storage_url(request: pytest.FixtureRequest) -> str:
     if request.param == "postgres":
         return str(request.getfixturevalue("queue_database"))
-    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'art.db'}"
+    if request.param == "sqlite":
+        return f"sqlite:///{request.getfixturevalue('sqlite_directory') / 'art.db'}"
+    return "memory://"
 
 
 @pytest.fixture
@@ -362,10 +364,10 @@ def _no_stray_threads() -> Iterator[None]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def durable_url(request: pytest.FixtureRequest) -> str:
     if request.param == "postgres":
         return str(request.getfixturevalue("queue_database"))
-    return f"sqlite:///{tmp_path / 'a.db'}"
+    return f"sqlite:///{request.getfixturevalue('sqlite_directory') / 'a.db'}"
 
 
 async def test_workers_report_opentelemetry_metrics(durable_url: str) -> None:

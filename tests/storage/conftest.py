@@ -76,14 +76,15 @@ StorageFactory = Callable[[], Awaitable[StorageAdapter]]
 RAM_DIRECTORY = Path("/dev/shm")
 
 
-def _sqlite_directory(request: pytest.FixtureRequest) -> Path:
-    """A directory of the test's own for its SQLite database, in RAM when possible (the
-    contract is the same on any file system; crash tests keep theirs on disk)."""
+@pytest.fixture
+def sqlite_directory(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A directory of the test's own for SQLite databases, in RAM when possible (behaviour
+    is the same on any file system; crash tests keep theirs in tmp_path, on disk)."""
     if not (RAM_DIRECTORY.is_dir() and os.access(RAM_DIRECTORY, os.W_OK)):
-        return Path(request.getfixturevalue("tmp_path"))
-    scratch = tempfile.TemporaryDirectory(prefix="art-storage-test-", dir=RAM_DIRECTORY)
-    request.addfinalizer(scratch.cleanup)
-    return Path(scratch.name)
+        yield Path(request.getfixturevalue("tmp_path"))
+        return
+    with tempfile.TemporaryDirectory(prefix="art-storage-test-", dir=RAM_DIRECTORY) as scratch:
+        yield Path(scratch)
 
 
 def _target(kind: str, request: pytest.FixtureRequest) -> str:
@@ -91,7 +92,7 @@ def _target(kind: str, request: pytest.FixtureRequest) -> str:
         return "memory://"
     if kind in ("sqlite", "sqlite_full"):
         # only SQLite needs a directory: the other kinds leave no empty one behind
-        path = _sqlite_directory(request) / "art.db"
+        path = request.getfixturevalue("sqlite_directory") / "art.db"
         return f"sqlite:///{path}" + ("?synchronous=full" if kind == "sqlite_full" else "")
     if kind == "postgres":
         return emptied(request.getfixturevalue("postgres_tables"))
