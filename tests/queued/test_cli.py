@@ -45,8 +45,8 @@ def invoke() -> Any:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'art.db'}"
+def db(sqlite_directory: Path) -> str:
+    return f"sqlite:///{sqlite_directory / 'art.db'}"
 
 
 @pytest.fixture

@@ -189,7 +189,7 @@ async def test_stats_show_depth_states_and_the_in_process_worker(
     assert worker.running == 1 and not worker.stalled and worker.heartbeat_age_s < 5
 
 
-def test_sync_submit_wait_status_and_timeout(tmp_path: Path) -> None:
+def test_sync_submit_wait_status_and_timeout(sqlite_directory: Path) -> None:
     release = threading.Event()
 
     @art.tool
@@ -204,9 +204,8 @@ def test_sync_submit_wait_status_and_timeout(tmp_path: Path) -> None:
 
     plan = {"title": "Hold", "steps": [{"id": "s1", "tool": "hold", "args": {"tag": "x"}}]}
     with ScriptedModel(planning=plan, synthesis="held") as model:
-        inst = art.create_art_instance(
-            model=model.model, tools=[hold], storage=f"sqlite:///{tmp_path / 'a.db'}", queue=FAST
-        )
+        url = f"sqlite:///{sqlite_directory / 'a.db'}"
+        inst = art.create_art_instance(model=model.model, tools=[hold], storage=url, queue=FAST)
         with inst:
             handle = inst.submit("hold it", "t1")
             with pytest.raises(TimeoutError, match=r"has not ended after 0\.05 s"):
@@ -217,11 +216,11 @@ def test_sync_submit_wait_status_and_timeout(tmp_path: Path) -> None:
             assert handle.status() == "completed"
 
 
-def test_module_level_submit_uses_the_default_instance(tmp_path: Path) -> None:
+def test_module_level_submit_uses_the_default_instance(sqlite_directory: Path) -> None:
     step = {"id": "s1", "tool": "calculator", "args": {"expression": "2+3"}}
     plan = {"title": "Sum", "steps": [step]}
     with ScriptedModel(planning=plan, synthesis="5") as model:
-        art.configure(model=model.model, storage=f"sqlite:///{tmp_path / 'a.db'}")
+        art.configure(model=model.model, storage=f"sqlite:///{sqlite_directory / 'a.db'}")
         try:
             record = art.submit("two plus three", "sums").wait(timeout=10)
         finally:
@@ -231,8 +230,8 @@ def test_module_level_submit_uses_the_default_instance(tmp_path: Path) -> None:
     assert record.status == "completed" and record.steps["s1"].output == 5
 
 
-async def test_a_queue_without_a_worker_only_queues(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+async def test_a_queue_without_a_worker_only_queues(sqlite_directory: Path) -> None:
+    url = f"sqlite:///{sqlite_directory / 'a.db'}"
     async with RunQueue(url) as queue:  # no instance: a submitter only
         handle = await queue.submit("later", "t1")
         await asyncio.sleep(0.1)
@@ -244,11 +243,13 @@ async def test_a_queue_without_a_worker_only_queues(tmp_path: Path) -> None:
             await queue.get("no-such-run")
 
 
-async def test_a_dead_workers_run_is_taken_over_from_its_stored_steps(tmp_path: Path) -> None:
+async def test_a_dead_workers_run_is_taken_over_from_its_stored_steps(
+    sqlite_directory: Path,
+) -> None:
     """A worker that claimed a run and stopped heartbeating mid-run (as if SIGKILLed): the
     next worker takes the run over once `stalled_after_s` has passed, and finished steps
     are not run again."""
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+    url = f"sqlite:///{sqlite_directory / 'a.db'}"
     calls: list[tuple[str, int]] = []
     second_started = asyncio.Event()
 
