@@ -220,7 +220,10 @@ def test_make_run_context_defaults_and_overrides():
 
 
 @pytest.mark.slow  # imports every installed pytest plugin afresh, as a user's pytest does
-def test_the_plugin_is_loaded_by_entry_point_and_its_fixtures_clean_up(pytester):
+def test_the_plugin_is_loaded_by_entry_point_and_its_fixtures_clean_up(pytester, monkeypatch):
+    # The inner run is a user's plain run: under pytest-xdist this variable would make the
+    # autoloaded pytest-benchmark warn that xdist is active, an error with our filters.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(
         """
