@@ -45,6 +45,12 @@ def test_subprocess():
 """
 
 
+def _copy_suite_conftest(pytester: pytest.Pytester) -> None:
+    """The suite's conftest.py and the module of ours it imports, in pytester's directory."""
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(postgres_databases=(ROOT / "tests" / "postgres_databases.py").read_text())
+
+
 @pytest.mark.parametrize(
     ("args", "ran"),
     [
@@ -57,7 +63,7 @@ def test_subprocess():
 def test_plain_pytest_leaves_out_slow_tests_and_slow_runs_them(
     pytester: pytest.Pytester, args: tuple[str, ...], ran: set[str]
 ) -> None:
-    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    _copy_suite_conftest(pytester)
     pytester.makeini(
         "[pytest]\naddopts = --disable-plugin-autoload -p pytest_asyncio.plugin\n"
         "asyncio_default_fixture_loop_scope = function\nmarkers =\n    slow: slow"
@@ -73,7 +79,7 @@ def test_plain_pytest_leaves_out_slow_tests_and_slow_runs_them(
 def test_a_plain_run_uses_two_workers_and_a_slow_run_one_process(
     pytester: pytest.Pytester, args: tuple[str, ...], workers: bool
 ) -> None:
-    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    _copy_suite_conftest(pytester)
     pytester.makeini(
         "[pytest]\naddopts = --disable-plugin-autoload -p pytest_asyncio.plugin"
         " -p xdist -n auto --maxprocesses 2\n"
