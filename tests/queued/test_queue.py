@@ -67,13 +67,18 @@ def gate_plan(messages: list[dict[str, Any]], metadata: Any) -> dict[str, Any]:
     return {"title": tag, "steps": [{"id": "s1", "tool": "gate", "args": {"tag": tag}}]}
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def storage_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgres":
+def _empty_storage(kind: str, request: pytest.FixtureRequest) -> str:
+    """The URL of an empty storage of `kind` (PostgreSQL's has the queue's tables)."""
+    if kind == "postgres":
         return str(request.getfixturevalue("queue_database"))
-    if request.param == "sqlite":
+    if kind == "sqlite":
         return f"sqlite:///{request.getfixturevalue('sqlite_directory') / 'art.db'}"
     return "memory://"
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def storage_url(request: pytest.FixtureRequest) -> str:
+    return _empty_storage(request.param, request)
 
 
 @pytest.fixture
@@ -366,9 +371,7 @@ def _no_stray_threads() -> Iterator[None]:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def durable_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgres":
-        return str(request.getfixturevalue("queue_database"))
-    return f"sqlite:///{request.getfixturevalue('sqlite_directory') / 'a.db'}"
+    return _empty_storage(request.param, request)
 
 
 async def test_workers_report_opentelemetry_metrics(durable_url: str) -> None:
