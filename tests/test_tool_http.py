@@ -1,8 +1,14 @@
+import asyncio
 import contextlib
+import socket
+import ssl
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
+import trustme
 
 from art.errors import ConfigurationError
 from art.invocation import invoke_tool
@@ -74,6 +80,21 @@ class Handler(BaseHTTPRequestHandler):
 def server():
     with ServerThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as serving:
         yield f"http://127.0.0.1:{serving.server.server_port}"
+
+
+@pytest.fixture(scope="module")
+def tls_server():
+    """An HTTPS server for the name `localhost`, its certificate from a test CA; yields
+    the base URL and that CA."""
+    ca = trustme.CA()
+    family, *_, address = socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)[0]
+    server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family})
+    http = server_class(address[:2], Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(context)
+    http.socket = context.wrap_socket(http.socket, server_side=True)
+    with ServerThread(http) as serving:
+        yield f"https://localhost:{serving.server.server_port}", ca
 
 
 def make_context() -> ExecutionContext:
@@ -162,6 +183,43 @@ async def test_connection_refused_is_a_retryable_io_error():
     result = await get(f"http://127.0.0.1:{port}/")
     assert result.metadata["error_code"] == "IO_ERROR"
     assert result.retryable is True
+
+
+async def test_https_goes_to_the_checked_address_and_checks_the_certificate_by_name(
+    tls_server, tmp_path, monkeypatch
+):
+    url, ca = tls_server
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # httpx trusts it
+    result = await get(f"{url}/echo-host", HttpGet(timeout_s=5, allowed_hosts=["localhost"]))
+    assert result.status == "success", result.error
+    assert result.output["text"] == url.removeprefix("https://")
+
+
+async def test_https_with_an_untrusted_certificate_is_an_io_error(tls_server, monkeypatch):
+    url, _ca = tls_server
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    result = await get(f"{url}/hello", HttpGet(timeout_s=5, allowed_hosts=["localhost"]))
+    assert result.metadata["error_code"] == "IO_ERROR"
+    assert "CERTIFICATE_VERIFY_FAILED" in result.error
+
+
+async def test_tls_settings_are_built_once_per_tool_off_the_event_loop(server, monkeypatch):
+    built_on: list[int] = []
+    create = httpx.create_ssl_context
+
+    def counted(*args, **kwargs):
+        built_on.append(threading.get_ident())
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(httpx, "create_ssl_context", counted)
+    tool = HttpGet(timeout_s=5, allow_private=True)
+    results = await asyncio.gather(*(get(f"{server}/hello", tool) for _ in range(5)))
+    results.append(await get(f"{server}/hello", tool))
+    assert [r.status for r in results] == ["success"] * 6
+    assert len(built_on) == 1
+    assert built_on[0] != threading.get_ident()  # not the event loop's thread
 
 
 async def test_allowed_hosts(server):

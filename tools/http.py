@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
+import threading
 from collections.abc import Collection
 from typing import Any
 
@@ -117,6 +119,8 @@ class HttpGet(IToolExecutor):
         self.allow_private = allow_private
         self.headers = {"user-agent": "art-http-get/0.1", **(headers or {})}
         self.max_redirects = max_redirects
+        self._tls: ssl.SSLContext | None = None
+        self._tls_lock = threading.Lock()
         self.schema = ToolSchema(
             name="http_get",
             description=(
@@ -218,7 +222,10 @@ class HttpGet(IToolExecutor):
 
     async def _follow(self, hops: list[str], headers: dict[str, str]) -> dict[str, Any]:
         """Fetch `hops[-1]`, appending each redirect's target to `hops` and checking it."""
-        async with httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client:
+        tls = self._tls if self._tls is not None else await asyncio.to_thread(self._build_tls)
+        async with httpx.AsyncClient(
+            timeout=self.timeout_s, follow_redirects=False, verify=tls
+        ) as client:
             while True:
                 url = httpx.URL(hops[-1])
                 address = await self._checked_address(url)
@@ -242,6 +249,14 @@ class HttpGet(IToolExecutor):
                         f"GET {hops[0]} was redirected more than {self.max_redirects} times",
                     )
                 hops.append(str(url.join(location)))
+
+    def _build_tls(self) -> ssl.SSLContext:
+        """The TLS settings every call shares, built once (loading the CA bundle takes
+        tens of milliseconds, so it runs in a worker thread, not on the event loop)."""
+        with self._tls_lock:
+            if self._tls is None:
+                self._tls = httpx.create_ssl_context()
+            return self._tls
 
     async def _checked_address(self, url: httpx.URL) -> IPAddress:
         """The address to connect to for `url`, after checking the URL and every address
