@@ -126,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         f", LangGraph {lg_version})" if lg_version else ", no LangGraph)"
     )
     print_table(figures, title)
+    floors = [f for f in figures if "bare_asyncio_ratio" in f.details]
+    if floors:
+        print(
+            "Parallel floor, the same layers gathered with bare asyncio and no engine: "
+            + "; ".join(f"{f.workload}: {f.details['bare_asyncio_ratio']:.2f} x" for f in floors)
+            + "."
+        )
     print(
         f"Machine speed: a fixed Python workload took {calibration_before:.1f} ms before "
         f"this run and {calibration_after:.1f} ms after it (lower is faster)."

@@ -8,6 +8,7 @@ art and LangGraph runs alternate, so both see the same load.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import art_side, eager, langgraph_side, queued
-from benchmarks.harness import Figure, Settings, in_rounds, median, percentile
+from benchmarks.harness import Figure, Settings, collect_garbage, in_rounds, median, percentile
 from benchmarks.workloads import (
     STEP_TOOL,
     Shape,
@@ -174,13 +175,32 @@ class _Variant:
     """One figure of the parallel group: the plan with async or with `def` tools."""
 
     name: str
+    step_fn: Any  # the work of one step, `async def` or `def`
+    in_threads: bool  # a `def` step, run in worker threads
     instance: art_side.Bench
     compiled: Any  # LangGraph's graph of the same plan, or None
     ratios: list[float] = field(default_factory=list)
     nominal_ratios: list[float] = field(default_factory=list)
     llm_ms: list[float] = field(default_factory=list)
     langgraph_ratios: list[float] = field(default_factory=list)
+    floor_ratios: list[float] = field(default_factory=list)
     sampled_at: list[float] = field(default_factory=list)  # s after the group started
+
+
+async def _bare_layers_s(
+    depth: int, width: int, fn: Any, pool: concurrent.futures.Executor | None
+) -> float:
+    """Seconds the same layers take with no engine: each layer's calls gathered with
+    asyncio (a `def` step in `pool`'s threads), the floor of this process and machine."""
+    collect_garbage()
+    loop = asyncio.get_running_loop()
+    start = time.perf_counter()
+    for _ in range(depth):
+        if pool is None:
+            await asyncio.gather(*(fn(n, []) for n in range(width)))
+        else:
+            await asyncio.gather(*(loop.run_in_executor(pool, fn, n, []) for n in range(width)))
+    return time.perf_counter() - start
 
 
 async def parallel(ctx: Context) -> list[Figure]:
@@ -192,6 +212,7 @@ async def parallel(ctx: Context) -> list[Figure]:
     # leaves LLM time out the same way). The nominal ratio is reported beside it.
     nominal_critical_s = dag_path_s + 2 * s.parallel_llm_latency_s
     variants = []
+    pool = concurrent.futures.ThreadPoolExecutor(s.parallel_concurrency)
     for name, sync in (("async tools", False), ("sync tools in threads", True)):
         fn = make_step_fn(s.parallel_sleep_s, sync=sync)
         instance = art_side.create_instance(
@@ -201,19 +222,23 @@ async def parallel(ctx: Context) -> list[Figure]:
             execution_config={"max_concurrency": s.parallel_concurrency},
         )
         compiled = langgraph_side.build_graph(shape, fn) if ctx.with_langgraph else None
-        variants.append(_Variant(name, instance, compiled))
+        variants.append(_Variant(name, fn, sync, instance, compiled))
     for warm_up, variant, sampled_at in in_rounds(variants, s.repeats):
         measure = await art_side.run_once(variant.instance, ctx.clock, expected_steps=shape.size)
         if variant.compiled is not None:
             lg_wall = await langgraph_side.run_once(variant.compiled, shape)
+        threads = pool if variant.in_threads else None
+        bare_s = await _bare_layers_s(s.parallel_depth, s.parallel_width, variant.step_fn, threads)
         if warm_up:
             continue
+        variant.floor_ratios.append(bare_s / dag_path_s)
         variant.ratios.append(measure.wall_s / (dag_path_s + measure.llm_s))
         variant.nominal_ratios.append(measure.wall_s / nominal_critical_s)
         variant.llm_ms.append(measure.llm_s * MS)
         variant.sampled_at.append(sampled_at)
         if variant.compiled is not None:
             variant.langgraph_ratios.append(lg_wall / dag_path_s)
+    pool.shutdown()
     figures = []
     for variant in variants:
         await variant.instance.close()
@@ -235,6 +260,9 @@ async def parallel(ctx: Context) -> list[Figure]:
                     "llm_calls_ms_median": median(variant.llm_ms),
                     "nominal_critical_path_ms": nominal_critical_s * MS,
                     "ratio_to_nominal_critical_path": median(variant.nominal_ratios),
+                    # The same layers gathered with bare asyncio, no engine: what Python
+                    # and this machine cost before the engine adds anything.
+                    "bare_asyncio_ratio": median(variant.floor_ratios),
                     "langgraph_critical_path_ms": dag_path_s * MS,
                     "llm_latency_ms": s.parallel_llm_latency_s * MS,
                     "max_concurrency": s.parallel_concurrency,

@@ -100,6 +100,15 @@ def test_the_figures_of_a_group_are_sampled_in_rounds(report: dict, group: str) 
         assert max(this_round) < min(next_round)  # every figure once before the next round
 
 
+@pytest.mark.slow
+def test_parallel_figures_report_the_same_layers_without_the_engine(report: dict) -> None:
+    # The floor: the layers gathered with bare asyncio. Each layer waits at least its
+    # sleep, so the floor is never below the critical path.
+    for figure in by_group(report)["parallel"]:
+        floor = figure["details"]["bare_asyncio_ratio"]
+        assert floor >= 0.99, figure
+
+
 def test_litellm_logging_of_the_calls_is_left_out_of_the_overhead() -> None:
     import asyncio
 
