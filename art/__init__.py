@@ -40,36 +40,36 @@ _EXPORTS: dict[str, str] = {
     # queued runs
     "RunHandle": "art.queue.runs",
     # tools
-    "IToolExecutor": "art.tooling",
-    "ToolSchema": "art.tooling",
-    "ToolExample": "art.tooling",
-    "ToolResult": "art.tooling",
-    "ExecutionContext": "art.tooling",
-    "tool": "art.function_tools",
-    "ToolRegistry": "art.registry",
-    "safe_stringify": "art.serialization",
+    "IToolExecutor": "art.tooling.contract",
+    "ToolSchema": "art.tooling.contract",
+    "ToolExample": "art.tooling.contract",
+    "ToolResult": "art.tooling.contract",
+    "ExecutionContext": "art.tooling.contract",
+    "tool": "art.tooling.functions",
+    "ToolRegistry": "art.tooling.registry",
+    "safe_stringify": "art.core.serialization",
     # plans and responses
-    "Plan": "art.plans",
-    "Step": "art.plans",
+    "Plan": "art.planning.plans",
+    "Step": "art.planning.plans",
     "AgentFinalResponse": "art.responses",
     "ConversationMessage": "art.responses",
     "ExecutionMetadata": "art.responses",
     "StepRecord": "art.responses",
     "DisplayOutput": "art.responses",
     "RunError": "art.responses",
-    "TokenUsage": "art.usage",
-    "SpanContext": "art.spans",
-    "ChatResponse": "art.chat_client",
-    "ChatStreamChunk": "art.chat_client",
+    "TokenUsage": "art.core.usage",
+    "SpanContext": "art.core.spans",
+    "ChatResponse": "art.llm.chat",
+    "ChatStreamChunk": "art.llm.chat",
     # events and callbacks
-    "Event": "art.events",
-    "EventContext": "art.events",
-    "HookVeto": "art.events",
-    "AgentCallbacks": "art.callbacks",
+    "Event": "art.observe.events",
+    "EventContext": "art.observe.events",
+    "HookVeto": "art.observe.events",
+    "AgentCallbacks": "art.observe.callbacks",
     # state
-    "StorageAdapter": "art.state",
-    "Suspension": "art.state",
-    "RunRecord": "art.state",
+    "StorageAdapter": "art.storage.contract",
+    "Suspension": "art.storage.contract",
+    "RunRecord": "art.storage.contract",
     # errors
     "ArtError": "art.errors",
     "ConfigurationError": "art.errors",
@@ -117,15 +117,15 @@ if TYPE_CHECKING:
     from art.api import process as process
     from art.api import resume_execution as resume_execution
     from art.api import submit as submit
-    from art.callbacks import AgentCallbacks as AgentCallbacks
-    from art.chat_client import ChatResponse as ChatResponse
-    from art.chat_client import ChatStreamChunk as ChatStreamChunk
     from art.config import ArtInstanceConfig as ArtInstanceConfig
     from art.config import BufferConfig as BufferConfig
     from art.config import ExecutionConfig as ExecutionConfig
     from art.config import Persona as Persona
     from art.config import ProcessOptions as ProcessOptions
     from art.config import QueueConfig as QueueConfig
+    from art.core.serialization import safe_stringify as safe_stringify
+    from art.core.spans import SpanContext as SpanContext
+    from art.core.usage import TokenUsage as TokenUsage
     from art.errors import ArtError as ArtError
     from art.errors import ConfigurationError as ConfigurationError
     from art.errors import ModelError as ModelError
@@ -138,29 +138,29 @@ if TYPE_CHECKING:
     from art.errors import ThreadBusyError as ThreadBusyError
     from art.errors import ToolErrorCode as ToolErrorCode
     from art.errors import ToolRegistrationError as ToolRegistrationError
-    from art.events import Event as Event
-    from art.events import EventContext as EventContext
-    from art.events import HookVeto as HookVeto
-    from art.function_tools import tool as tool
     from art.instance import ArtInstance as ArtInstance
-    from art.plans import Plan as Plan
-    from art.plans import Step as Step
+    from art.llm.chat import ChatResponse as ChatResponse
+    from art.llm.chat import ChatStreamChunk as ChatStreamChunk
+    from art.observe.callbacks import AgentCallbacks as AgentCallbacks
+    from art.observe.events import Event as Event
+    from art.observe.events import EventContext as EventContext
+    from art.observe.events import HookVeto as HookVeto
+    from art.planning.plans import Plan as Plan
+    from art.planning.plans import Step as Step
     from art.queue.runs import RunHandle as RunHandle
-    from art.registry import ToolRegistry as ToolRegistry
     from art.responses import AgentFinalResponse as AgentFinalResponse
     from art.responses import ConversationMessage as ConversationMessage
     from art.responses import DisplayOutput as DisplayOutput
     from art.responses import ExecutionMetadata as ExecutionMetadata
     from art.responses import RunError as RunError
     from art.responses import StepRecord as StepRecord
-    from art.serialization import safe_stringify as safe_stringify
-    from art.spans import SpanContext as SpanContext
-    from art.state import RunRecord as RunRecord
-    from art.state import StorageAdapter as StorageAdapter
-    from art.state import Suspension as Suspension
-    from art.tooling import ExecutionContext as ExecutionContext
-    from art.tooling import IToolExecutor as IToolExecutor
-    from art.tooling import ToolExample as ToolExample
-    from art.tooling import ToolResult as ToolResult
-    from art.tooling import ToolSchema as ToolSchema
-    from art.usage import TokenUsage as TokenUsage
+    from art.storage.contract import RunRecord as RunRecord
+    from art.storage.contract import StorageAdapter as StorageAdapter
+    from art.storage.contract import Suspension as Suspension
+    from art.tooling.contract import ExecutionContext as ExecutionContext
+    from art.tooling.contract import IToolExecutor as IToolExecutor
+    from art.tooling.contract import ToolExample as ToolExample
+    from art.tooling.contract import ToolResult as ToolResult
+    from art.tooling.contract import ToolSchema as ToolSchema
+    from art.tooling.functions import tool as tool
+    from art.tooling.registry import ToolRegistry as ToolRegistry

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from art.instance import ArtInstance, create_art_instance
 
 if TYPE_CHECKING:
-    from art.chat_client import ChatMessages, ChatResponse, ChatStreamChunk
     from art.config import ArtInstanceConfig, ProcessOptions
-    from art.plans import Plan
+    from art.engine.suspension import Decision, SuspendedState
+    from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
+    from art.planning.plans import Plan
     from art.queue.runs import RunHandle
     from art.responses import AgentFinalResponse
-    from art.suspension import Decision, SuspendedState
 
 __all__ = [
     "achat",

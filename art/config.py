@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from art._models import ArtModel
-from art.model import Model, model_name
+from art.core.models import ArtModel
+from art.llm.model import Model, model_name
 
 if TYPE_CHECKING:
-    from art.state import StorageAdapter
+    from art.storage.contract import StorageAdapter
 
 FailurePolicy = Literal["skip_dependents", "replan", "fail"]
 
@@ -166,7 +166,7 @@ class ArtInstanceConfig(ArtModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    # a model's name, or a Model object (art.model) that calls to its name then reach
+    # a model's name, or a Model object (art.llm.model) that calls to its name then reach
     model: str | Model | None = None
     planning_model: str | Model | None = None
     synthesis_model: str | Model | None = None

@@ -1,7 +1,7 @@
 """ArtInstance: wires the config, LLM, tools, storage and events into plan → execute → synthesize.
 
 Every path is written once, async (`aprocess`, `aresume_execution`, ...); the sync
-methods are thin bridges through a private event loop (`art._sync.Portal`), so they
+methods are thin bridges through a private event loop (`art.core.sync.Portal`), so they
 also work inside a running loop (a notebook).
 
 One run per thread at a time: a run holds the thread's storage lease, and a second
@@ -22,22 +22,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
 
-from art._log import get_logger
-from art._models import ArtModel
-from art._sync import Portal
-from art._thread_calls import ToolThreads
 from art.config import (
     IN_PROCESS_MODEL_PREFIX,
     ArtInstanceConfig,
     ExecutionConfig,
     ProcessOptions,
 )
-from art.context import RunContext
-from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
-from art.events import Event, EventBus, Hook, HookVeto, RunEvents
-from art.model import model_name
-from art.responses import AgentFinalResponse, ConversationMessage, RunError
-from art.run import (
+from art.core.log import get_logger
+from art.core.models import ArtModel
+from art.core.spans import SpanContext
+from art.core.sync import Portal
+from art.engine.context import RunContext
+from art.engine.run import (
     HISTORY_LIMIT,
     Run,
     RunDeps,
@@ -47,19 +43,23 @@ from art.run import (
     pending_suspensions,
     refused_response,
 )
-from art.spans import SpanContext
-from art.state import RunRecord, StorageAdapter, Suspension, ThreadSummary
-from art.suspension import Decision, SuspendedState, parse_decision
+from art.engine.suspension import Decision, SuspendedState, parse_decision
+from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
+from art.llm.model import model_name
+from art.observe.events import Event, EventBus, Hook, HookVeto, RunEvents
+from art.responses import AgentFinalResponse, ConversationMessage, RunError
+from art.storage.contract import RunRecord, StorageAdapter, Suspension, ThreadSummary
+from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
     from art.adapters.mcp.client import MCPClient
-    from art.chat_client import ChatMessages, ChatResponse, ChatStreamChunk
-    from art.llm import LLMClient
-    from art.planning import Planner
-    from art.plans import Plan
+    from art.engine.setup import RunSetup
+    from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
+    from art.llm.client import LLMClient
+    from art.planning.planner import Planner
+    from art.planning.plans import Plan
     from art.queue.runs import RunHandle, RunQueue
-    from art.registry import ToolRegistry
-    from art.run_setup import RunSetup
+    from art.tooling.registry import ToolRegistry
 
 __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_message"]
 
@@ -122,17 +122,17 @@ class ArtInstance:
         self.model = _resolve_model(self.config)
         self.planning_model = model_name(self.config.planning_model) or self.model
         self.synthesis_model = model_name(self.config.synthesis_model) or self.model
-        from art.registry import ToolRegistry
+        from art.tooling.registry import ToolRegistry
 
         self.registry = ToolRegistry(self.config.tools)  # raises ToolRegistrationError
-        from art.storage import open_storage
+        from art.storage.opening import open_storage
 
         self.storage: StorageAdapter = open_storage(self.config.resolved_storage())
         self._owns_storage = not isinstance(self.config.storage, StorageAdapter)
         self.events = EventBus()
         self._callbacks = None
         if self.config.callbacks is not None:
-            from art.callbacks import CallbackAdapter
+            from art.observe.callbacks import CallbackAdapter
 
             self._callbacks = CallbackAdapter(self.config.callbacks)
             self._callbacks.attach(self.events)
@@ -264,7 +264,7 @@ class ArtInstance:
         """One LLM call outside any run (seed 002's `chat`): `messages` (a string is one
         user message) to `model` (the instance's by default), with the instance's
         llm_params, retries and time limits. Raises ModelError."""
-        from art.chat_client import achat
+        from art.llm.chat import achat
 
         self._check_open()
         model, sent = self._chat_call(messages, model, system_prompt)
@@ -306,7 +306,7 @@ class ArtInstance:
     ) -> AsyncIterator[ChatStreamChunk]:
         """`achat`, streamed: the reply's chunks as they arrive (`content` or `thinking`),
         the last one `done` with the finish reason and usage. Raises ModelError."""
-        from art.chat_client import chat_stream
+        from art.llm.chat import chat_stream
 
         self._check_open()
         model, sent = self._chat_call(messages, model, system_prompt)
@@ -320,7 +320,7 @@ class ArtInstance:
         self, messages: ChatMessages, model: str | None, system_prompt: str | None
     ) -> tuple[str, list[dict[str, Any]]]:
         """The model and messages of a chat call, the model's provider registered."""
-        from art.chat_client import chat_messages
+        from art.llm.chat import chat_messages
 
         model = model or self.model
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
@@ -638,7 +638,7 @@ class ArtInstance:
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""
-        from art.llm import LLMClient
+        from art.llm.client import LLMClient
 
         models = self.config.model_objects()
         if overrides:
@@ -649,15 +649,15 @@ class ArtInstance:
 
     def _secrets_in_use(self, opts: ProcessOptions) -> contextlib.AbstractContextManager[Any]:
         """Make the keys of this call's llm_params known to everything that writes for it
-        (logs, storage), with the environment's (see art.redaction)."""
-        from art.redaction import secrets_from_params, secrets_in_use
+        (logs, storage), with the environment's (see art.core.redaction)."""
+        from art.core.redaction import secrets_from_params, secrets_in_use
 
         return secrets_in_use(
             secrets_from_params({**self.config.llm_params, **(opts.llm_params or {})})
         )
 
     def _planner(self, llm: LLMClient, tools: ToolRegistry | None = None) -> Planner:
-        from art.planning import Planner
+        from art.planning.planner import Planner
 
         return Planner(
             llm,
@@ -855,8 +855,8 @@ def _end_data(response: AgentFinalResponse) -> dict[str, Any]:
 
 def _storable(text: str) -> str:
     """A thread id or query as every storage keeps it: lone surrogates escaped (`\\udcff`,
-    see art.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
-    from art.serialization import escape_unencodable
+    see art.core.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
+    from art.core.serialization import escape_unencodable
 
     if not isinstance(text, str):
         raise ConfigurationError(f"expected text, got {type(text).__name__}: {text!r}"[:200])

@@ -1,6 +1,6 @@
 """Logging through structlog: readable in a terminal, JSON for machines, secrets always redacted.
 
-art's own modules log through `art._log.get_logger` (structlog in front of the stdlib logger
+art's own modules log through `art.core.log.get_logger` (structlog in front of the stdlib logger
 of the same name) and never configure anything: unconfigured, only warnings reach stderr.
 The application decides by calling `configure_logging` once. Records from the standard
 library's `logging` (litellm, httpx, ...) go through the same processors, so every line,
@@ -40,7 +40,7 @@ _TRUE = {"1", "true", "yes", "on"}
 
 def redact_processor(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """Mask API keys, tokens and passwords anywhere in the event dict (keys and free text)."""
-    from art.redaction import redact
+    from art.core.redaction import redact
 
     return redact(event_dict)
 

@@ -8,12 +8,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from art._models import ArtModel
-from art.binary import JsonData, JsonDict
+from art.core.binary import JsonData, JsonDict
+from art.core.models import ArtModel
+from art.core.usage import TokenUsage
 from art.errors import ResponseError
-from art.plans import Plan
-from art.tooling import ToolResult
-from art.usage import TokenUsage
+from art.planning.plans import Plan
+from art.tooling.contract import ToolResult
 
 RunStatusName = Literal["success", "error", "partial", "suspended"]
 StepStatus = Literal[

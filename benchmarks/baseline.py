@@ -64,7 +64,7 @@ def cost_of(calls: list[LlmCall]) -> Cost:
 
 def _stringify(value: Any, limit: int) -> str:
     try:
-        from art.serialization import safe_stringify
+        from art.core.serialization import safe_stringify
 
         text = safe_stringify(value)
     except ImportError:

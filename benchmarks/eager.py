@@ -85,7 +85,7 @@ def _tool(timing: _Timing) -> Any:
 
 def _completion_chunks(plan_text: str) -> dict[str, int]:
     """For each step, the 1-based index of the chunk that completes its object."""
-    from art.plan_stream import StepStreamReader
+    from art.planning.stream import StepStreamReader
     from art.testing.scripted import stream_pieces
 
     reader, found = StepStreamReader(), {}

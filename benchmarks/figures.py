@@ -469,7 +469,7 @@ def _time_command(argv: list[str], repeats: int) -> list[float]:
 
 def _art_cli() -> list[str]:
     script = shutil.which("art")
-    return [script] if script else [sys.executable, "-c", "from art.cli import main; main()"]
+    return [script] if script else [sys.executable, "-c", "from art.cli.app import main; main()"]
 
 
 async def startup(ctx: Context) -> list[Figure]:

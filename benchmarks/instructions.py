@@ -46,14 +46,14 @@ _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
     """Run `stage` of a `steps`-step plan `runs` times; returns the steps completed."""
     from art.adapters.memory import MemoryStorage
-    from art.event_log import LOGGED_EVENTS, kept_in_log, stored_events
-    from art.events import EventBus, RunEvents
-    from art.execution_state import ExecutionDeps
-    from art.plan_execution import PlanExecution
-    from art.planning import parse_plan
-    from art.registry import ToolRegistry
-    from art.state import RunRecord
+    from art.engine.execute import PlanExecution
+    from art.engine.execution_state import ExecutionDeps
+    from art.observe.event_log import LOGGED_EVENTS, kept_in_log, stored_events
+    from art.observe.events import EventBus, RunEvents
+    from art.planning.planner import parse_plan
+    from art.storage.contract import RunRecord
     from art.testing.runs import make_run_context
+    from art.tooling.registry import ToolRegistry
     from benchmarks.art_side import step_tool
     from benchmarks.workloads import chain, fan_out, make_step_fn, plan_for, random_dag
 
@@ -116,7 +116,7 @@ def _make_deterministic() -> None:
     import secrets
     import uuid
 
-    from art import execution
+    from art.engine import scheduler as execution
 
     ids = random.Random(7)
     random.seed(7)

@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
 
     import asyncio
 
-    from art.storage import open_storage
+    from art.storage.opening import open_storage
 
     async def runs_per_thread() -> dict[str, list[str]]:
         storage = open_storage(url)

@@ -229,7 +229,7 @@ def test_the_report_times_a_fixed_workload_before_and_after_the_run(report: dict
 def test_the_instruction_probe_runs_each_stage_of_a_run(stage: str) -> None:
     import uuid
 
-    from art import execution
+    from art.engine import scheduler as execution
     from benchmarks.instructions import probe
 
     slice_s, uuid4 = execution._SLICE_S, uuid.uuid4

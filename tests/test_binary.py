@@ -9,9 +9,9 @@ import json
 from typer.testing import CliRunner
 
 import art
-import art.cli
-from art.binary import BYTES_KEY, bytes_from_json, bytes_to_json, describe_bytes, media_type
-from art.invocation import invoke_tool
+import art.cli.app
+from art.core.binary import BYTES_KEY, bytes_from_json, bytes_to_json, describe_bytes, media_type
+from art.tooling.invocation import invoke_tool
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
 PDF = b"%PDF-1.7\n" + b"\x00\xff" * 100
@@ -110,7 +110,7 @@ async def test_binary_output_is_stored_returned_and_only_described_to_the_llm(
 def test_the_cli_shows_binary_outputs_and_attachments(scripted_model):
     model = scripted_model(planning=PLAN, synthesis="Done.")
     result = CliRunner().invoke(
-        art.cli.app,
+        art.cli.app.app,
         ["run", "chart", "--model", model.model, "--storage", "memory://",
          "--tools", "tests/test_binary.py:TOOLS"],
         env={"COLUMNS": "160", "NO_COLOR": "1"},
@@ -119,7 +119,7 @@ def test_the_cli_shows_binary_outputs_and_attachments(scripted_model):
     assert "📎 s1 (chart) output: <binary data: 2,056 bytes, image/png>" in result.stdout
     assert "📎 s2 (report) report.pdf: <binary data: 209 bytes, application/pdf>" in result.stdout
     document = CliRunner().invoke(
-        art.cli.app,
+        art.cli.app.app,
         ["run", "chart", "--model", model.model, "--storage", "memory://",
          "--tools", "tests/test_binary.py:TOOLS", "--json"],
     )  # fmt: skip
@@ -134,7 +134,7 @@ def test_the_display_panel_describes_bytes():
     from rich.console import Console
 
     console = Console(record=True, width=120)
-    console.print(art.cli.display_panel("chart", "s1", PNG))
-    console.print(art.cli.display_panel("chart", "s1", {"image": PNG}))
+    console.print(art.cli.app.display_panel("chart", "s1", PNG))
+    console.print(art.cli.app.display_panel("chart", "s1", {"image": PNG}))
     text = console.export_text()
     assert text.count("<binary data: 2,056 bytes, image/png>") == 2

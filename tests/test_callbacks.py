@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 import art
-from art.callbacks import AgentCallbacks
 from art.errors import ConfigurationError
+from art.observe.callbacks import AgentCallbacks
 
 PLAN = {
     "steps": [

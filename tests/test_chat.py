@@ -14,7 +14,7 @@ import pytest
 import art
 import art.api
 from art.errors import ConfigurationError, ModelError, ModelErrorCode
-from art.llm import LLMClient
+from art.llm.client import LLMClient
 from art.testing import Answer, FakeProvider, Hang, HTTPStatus, make_run_context
 
 KEY = "sk-chat-KEY-1234567890abcdef"
@@ -237,7 +237,7 @@ async def test_a_runs_streamed_call_ends_with_a_done_chunk_carrying_usage(fake_p
         def on_llm_stream(self, ctx, chunk):
             streamed.append(chunk)
 
-    from art.callbacks import CallbackAdapter
+    from art.observe.callbacks import CallbackAdapter
 
     CallbackAdapter(Callbacks()).attach(run.events)
     llm = LLMClient({"api_base": fake_provider.openai_base, "api_key": KEY})

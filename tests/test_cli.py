@@ -22,8 +22,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import art
-import art.cli
-from art.cli import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app, load_model, load_tools
+import art.cli.app
+from art.cli.app import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app, load_model, load_tools
 
 PRODUCTS_PLAN = {
     "title": "Products and their sum",
@@ -256,11 +256,11 @@ def test_live_tree_shows_parallel_steps_running_together(invoke, scripted_model,
     }
     model = scripted_model(planning=plan, synthesis="Both met.")
     terminal = Console(file=io.StringIO(), force_terminal=True, width=140, record=True)
-    monkeypatch.setattr(art.cli, "make_console", lambda stderr=False: terminal)
-    monkeypatch.setattr(art.cli, "_builtin_tools", lambda: [_WaitForEachOther()])
+    monkeypatch.setattr(art.cli.app, "make_console", lambda stderr=False: terminal)
+    monkeypatch.setattr(art.cli.app, "_builtin_tools", lambda: [_WaitForEachOther()])
 
     frames: list[str] = []
-    original = art.cli.RunView.handle
+    original = art.cli.app.RunView.handle
 
     def handle_and_render(view, event):
         original(view, event)
@@ -268,7 +268,7 @@ def test_live_tree_shows_parallel_steps_running_together(invoke, scripted_model,
         frame.print(view)
         frames.append(frame.export_text())
 
-    monkeypatch.setattr(art.cli.RunView, "handle", handle_and_render)
+    monkeypatch.setattr(art.cli.app.RunView, "handle", handle_and_render)
     result = invoke("run", "meet", "--model", model.model, "--storage", "memory://")
     assert result.exit_code == EXIT_OK, result.output
 
@@ -397,7 +397,7 @@ def test_suspension_json_lists_resume_commands_and_exits_3(invoke, scripted_mode
 
 
 def test_interactive_terminal_asks_and_resumes(invoke, scripted_model, monkeypatch):
-    monkeypatch.setattr(art.cli, "_interactive", lambda: True)
+    monkeypatch.setattr(art.cli.app, "_interactive", lambda: True)
     model = scripted_model(planning=APPROVAL_PLAN, synthesis="Approved and doubled: 782.")
     result = invoke(
         "run", "spend?", "--model", model.model, "--storage", "memory://", input="y\nfine by me\n"
@@ -538,7 +538,7 @@ def test_load_tools_accepts_instances_lists_classes_factories_and_files(tmp_path
         ("my_tools:NOT_A_TOOL", "got int"),
         ("./nowhere.py:x", "no such file"),
     ]:
-        with pytest.raises(art.cli.CliError, match=re.escape(message)) as caught:
+        with pytest.raises(art.cli.app.CliError, match=re.escape(message)) as caught:
             load_tools([spec])
         assert caught.value.exit_code == EXIT_USAGE
 
@@ -664,10 +664,10 @@ def test_usage_errors_exit_2(invoke):
 def test_help_starts_without_importing_litellm_or_the_engine(argv):
     code = (
         "import sys; sys.argv = ['art', *sys.argv[1:]]\n"
-        "from art.cli import main\n"
+        "from art.cli.app import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'litellm'"
-        " or m in ('art.instance', 'art.execution', 'art.llm')]\n"
+        " or m in ('art.instance', 'art.engine.scheduler', 'art.llm.client')]\n"
         "print('IMPORTED', bad)\n"
     )
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

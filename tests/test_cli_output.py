@@ -14,7 +14,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from art.cli import EXIT_OK, app
+from art.cli.app import EXIT_OK, app
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -90,7 +90,7 @@ def test_json_stdout_of_a_real_process_is_exactly_one_document(project, verbosit
         [
             sys.executable,
             "-c",
-            "from art.cli import main; main()",
+            "from art.cli.app import main; main()",
             *verbosity,
             *_args(project, "--json"),
         ],

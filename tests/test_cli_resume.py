@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import art
-from art.cli import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app
+from art.cli.app import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import art
-from art.events import EVENT_NAMES, EventBus, RunEvents
+from art.observe.events import EVENT_NAMES, EventBus, RunEvents
 
 PLAN = {
     "title": "Greet",

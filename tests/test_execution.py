@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 import art
-from art.execution import Readiness
-from art.execution_state import ExecutionDeps
-from art.llm import LLMClient
-from art.plan_execution import PlanExecution
-from art.planning import Planner
-from art.plans import Plan
-from art.registry import ToolRegistry
+from art.engine.execute import PlanExecution
+from art.engine.execution_state import ExecutionDeps
+from art.engine.scheduler import Readiness
+from art.llm.client import LLMClient
+from art.planning.planner import Planner
+from art.planning.plans import Plan
 from art.responses import StepRecord
 from art.testing import HTTPStatus, ScriptedModel, make_run_context
+from art.tooling.registry import ToolRegistry
 
 GUARD_S = 5.0  # a deadlock shows up as a timeout, never as a hung test
 
@@ -236,7 +236,7 @@ async def test_idle_is_called_while_every_running_step_waits_for_its_tool():
 
 
 async def test_idle_is_not_called_while_steps_are_ready_or_tools_return_at_once(monkeypatch):
-    monkeypatch.setattr("art.execution._SLICE_S", 0.0)  # the worker yields after every step
+    monkeypatch.setattr("art.engine.scheduler._SLICE_S", 0.0)  # the worker yields after every step
     calls: list[int] = []
     plan = plan_of(
         *(step(f"s{i}", deps=(f"s{i - 1}",) if i > 1 else (), value=i) for i in range(1, 60))
@@ -317,7 +317,7 @@ async def test_max_concurrency_bounds_running_steps():
 async def test_a_plan_of_instant_tools_lets_other_tasks_of_the_loop_run(monkeypatch):
     # Workers run ready steps back to back; between steps they yield to the loop once
     # their time slice is used up (here: after every step).
-    monkeypatch.setattr("art.execution._SLICE_S", 0.0)
+    monkeypatch.setattr("art.engine.scheduler._SLICE_S", 0.0)
     turns = 0
     done = False
 
@@ -653,7 +653,7 @@ async def test_backoff_grows_exponentially():
         [FnTool("boom", boom)],
         config={"step_max_retries": 3, "retry_backoff_s": 0.5},
     )
-    import art.execution as execution_module
+    import art.engine.scheduler as execution_module
 
     original = execution_module.asyncio.sleep
     execution_module.asyncio.sleep = fake_sleep

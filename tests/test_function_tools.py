@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 
 import art
 from art.errors import ToolRegistrationError
-from art.function_tools import FunctionTool, tool
-from art.invocation import invoke_tool
-from art.registry import ToolRegistry
-from art.tooling import ExecutionContext, IToolExecutor, ToolResult
+from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult
+from art.tooling.functions import FunctionTool, tool
+from art.tooling.invocation import invoke_tool
+from art.tooling.registry import ToolRegistry
 
 
 def make_context(call_id: str = "call-1") -> ExecutionContext:
@@ -79,7 +79,7 @@ def test_schema_is_valid_and_registrable():
 
 
 def test_examples_go_into_the_schema_and_become_demonstrations():
-    from art.planning import render_demonstrations
+    from art.planning.planner import render_demonstrations
 
     @tool(examples=[{"input": {"a": 2, "b": 3}, "output": 5, "description": "Add 2 and 3."}])
     def add(a: int, b: int) -> int:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import art
 from art.responses import StepRecord
-from art.storage import dump_json
+from art.storage.opening import dump_json
 
 HUGE = "x" * 200_000
 

@@ -17,7 +17,7 @@ import art
 from art.adapters.memory import MemoryStorage
 from art.errors import ConfigurationError
 from art.responses import StepRecord
-from art.state import RunRecord
+from art.storage.contract import RunRecord
 from art.testing import Answer, FakeProvider, HTTPStatus, replies
 
 GUARD_S = 10.0

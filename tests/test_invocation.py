@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import art.invocation
+import art.tooling.invocation
 from art.errors import ConfigurationError
-from art.invocation import invoke_tool
-from art.registry import ToolRegistry
-from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.invocation import invoke_tool
+from art.tooling.registry import ToolRegistry
 
 SCHEMA = {
     "type": "object",
@@ -142,7 +142,7 @@ async def test_output_is_normalized_to_json_data():
 
 
 async def test_each_call_is_logged_at_debug_level(caplog):
-    with caplog.at_level(logging.DEBUG, logger="art.invocation"):
+    with caplog.at_level(logging.DEBUG, logger="art.tooling.invocation"):
         await invoke_tool(make_tool(ok), {"n": 1}, make_context())
     (record,) = [
         r for r in caplog.records if isinstance(r.msg, dict) and r.msg["event"] == "tool call"
@@ -191,7 +191,7 @@ async def test_registry_validator_is_used(monkeypatch):
     def must_not_build(*args, **kwargs):
         raise AssertionError("the registry's cached validator should be used")
 
-    monkeypatch.setattr(art.invocation, "build_validator", must_not_build)
+    monkeypatch.setattr(art.tooling.invocation, "build_validator", must_not_build)
     result = await invoke_tool(tool, {"n": "x"}, make_context(), registry=registry)
     assert_error(result, "VALIDATION_ERROR", "$.n: 'x' is not of type 'integer'")
     assert (await invoke_tool(tool, {"n": 1}, make_context(), registry=registry)).output == 2
@@ -262,7 +262,7 @@ async def test_a_finished_call_is_not_affected_by_its_timeout():
 
 
 async def test_calls_sharing_one_timer_each_get_their_own_timeout():
-    timeouts = art.invocation.CallTimeouts(0.1)
+    timeouts = art.tooling.invocation.CallTimeouts(0.1)
 
     def sleeper(seconds: float) -> IToolExecutor:
         class Sleeper(IToolExecutor):
@@ -650,7 +650,7 @@ async def test_unserializable_output_or_metadata_is_flagged():
 
 
 def test_child_tokens_follow_their_parent_but_not_the_other_way():
-    from art.tooling import CancellationToken
+    from art.tooling.contract import CancellationToken
 
     run = CancellationToken()
     first, second = run.child(), run.child()
@@ -664,7 +664,7 @@ def test_child_tokens_follow_their_parent_but_not_the_other_way():
 
 
 def test_a_detached_token_no_longer_follows_its_parent():
-    from art.tooling import CancellationToken
+    from art.tooling.contract import CancellationToken
 
     run = CancellationToken()
     finished, running = run.child(), run.child()

@@ -1,4 +1,5 @@
-"""art.llm: the one LLM path (events, streaming buffer, retries, error codes, usage, redaction)."""
+"""art.llm.client: the one LLM path (events, streaming buffer, retries, error codes, usage,
+redaction)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import pytest
 
 from art.config import BufferConfig
 from art.errors import ModelError, ModelErrorCode
-from art.events import HookVeto
-from art.llm import (
+from art.llm.client import (
     LLMClient,
     StreamBuffer,
     context_window,
@@ -15,6 +15,7 @@ from art.llm import (
     retry_delay_s,
     supports_response_schema,
 )
+from art.observe.events import HookVeto
 from art.testing import make_run_context
 
 USER = [{"role": "user", "content": "What is 2 + 2?"}]

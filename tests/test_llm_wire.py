@@ -1,4 +1,4 @@
-"""art.llm over real HTTP: litellm's client against art.testing.FakeProvider on 127.0.0.1.
+"""art.llm.client over real HTTP: litellm's client against art.testing.FakeProvider on 127.0.0.1.
 
 Retries, Retry-After, time limits, error codes, streaming faults, structured-output
 fallback and proxy metadata, each from a real response of a real server.
@@ -13,7 +13,7 @@ from email.utils import format_datetime
 import pytest
 
 from art.errors import ModelError, ModelErrorCode
-from art.llm import LLMClient
+from art.llm.client import LLMClient
 from art.testing import Answer, FakeProvider, Hang, HTTPStatus, Malformed, make_run_context
 
 USER = [{"role": "user", "content": "What is 2 + 2?"}]

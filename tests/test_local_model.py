@@ -203,8 +203,8 @@ def test_free_text_gets_a_repetition_penalty_unless_the_call_sets_one(demo_model
 
 
 def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp_path):
-    from art.planning import plan_response_format
-    from art.registry import ToolRegistry
+    from art.planning.planner import plan_response_format
+    from art.tooling.registry import ToolRegistry
     from art.tools import builtin_tools
 
     registry = ToolRegistry(builtin_tools(tmp_path))

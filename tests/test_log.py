@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 SCRIPT = """
-from art._log import get_logger
+from art.core.log import get_logger
 log = get_logger("art.probe")
 log.debug("quiet debug")
 log.info("quiet info")

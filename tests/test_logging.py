@@ -141,7 +141,7 @@ def test_other_handlers_on_the_root_logger_never_see_a_key_from_structlog():
 
 
 def test_configure_logging_renders_the_records_of_art_modules():
-    from art._log import get_logger
+    from art.core.log import get_logger
 
     stream = io.StringIO()
     configure_logging(json=True, level="DEBUG", stream=stream)

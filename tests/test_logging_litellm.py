@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from art.llm import _litellm
+from art.llm.client import _litellm
 from art.logging import LITELLM_LOGGERS, configure_logging
 
 
@@ -87,7 +87,7 @@ def test_without_arts_configuration_litellms_handler_stays():
 def test_the_lines_litellm_logs_while_art_imports_it_are_arts_too():
     script = (
         "from art.logging import configure_logging\n"
-        "from art.llm import _litellm\n"
+        "from art.llm.client import _litellm\n"
         "configure_logging(json=True, level='DEBUG')\n"
         "_litellm()\n"
     )

@@ -40,7 +40,7 @@ from typer.testing import CliRunner
 
 import art
 from art.adapters.mcp import MCPClient, MCPServerError
-from art.cli import EXIT_ERROR, EXIT_OK, app
+from art.cli.app import EXIT_ERROR, EXIT_OK, app
 from art.testing import replies
 from art.testing._serving import ServerThread
 

@@ -12,7 +12,7 @@ import pytest
 from art.adapters.mcp import MCPConfig, MCPServerConfig, MCPTool, load_mcp_config, tool_result
 from art.adapters.mcp.naming import snake_case, tool_names
 from art.errors import ConfigurationError
-from art.registry import TOOL_NAME_PATTERN, ToolRegistry
+from art.tooling.registry import TOOL_NAME_PATTERN, ToolRegistry
 
 CLAUDE_DESKTOP = {
     "globalShortcut": "Ctrl+Space",  # another key of claude_desktop_config.json

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 import art
 from art.adapters.mcp import create_mcp_server
-from art.cli import EXIT_USAGE, app
-from art.storage import open_storage
+from art.cli.app import EXIT_USAGE, app
+from art.storage.opening import open_storage
 
 ART = str(Path(sys.executable).parent / "art")
 SERVER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}

@@ -1,4 +1,4 @@
-"""art.model: every LLM call goes to a Model; an object given as the model answers the
+"""art.llm.model: every LLM call goes to a Model; an object given as the model answers the
 calls made to its name, a name alone is litellm's."""
 
 from typing import Any
@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 import art
-from art.llm import LLMClient
-from art.model import LiteLLMModel, Model, model_name
+from art.llm.client import LLMClient
+from art.llm.model import LiteLLMModel, Model, model_name
 from art.testing import ScriptedModel
 
 PLAN = {

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 import art
-from art.output_schemas import output_path_problem, output_sketch
-from art.planning import render_tools
-from art.plans import Plan, validate_plan
-from art.registry import ToolRegistry
+from art.planning.output_schemas import output_path_problem, output_sketch
+from art.planning.planner import render_tools
+from art.planning.plans import Plan, validate_plan
 from art.testing import replies
+from art.tooling.registry import ToolRegistry
 
 WEATHER_OUTPUT = {
     "type": "object",

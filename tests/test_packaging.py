@@ -16,8 +16,7 @@ def test_wheel_has_one_top_level_name_with_tools_and_adapters_inside(tmp_path):
     # setuptools builds in the source tree (build/, *.egg-info): build a copy, not the checkout.
     source = tmp_path / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("art", "tools", "adapters"):
-        shutil.copytree(ROOT / name, source / name, ignore=ignore)
+    shutil.copytree(ROOT / "art", source / "art", ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     wheels = tmp_path / "wheels"

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 import art
-from art.execution import Executor, Readiness
-from art.plan_stream import StepArrivals, StepStreamReader
-from art.plans import Plan
-from art.registry import ToolRegistry
+from art.engine.scheduler import Executor, Readiness
+from art.planning.plans import Plan
+from art.planning.stream import StepArrivals, StepStreamReader
 from art.responses import StepRecord
-from art.state import RunRecord
+from art.storage.contract import RunRecord
 from art.testing import Reply, replies
+from art.tooling.registry import ToolRegistry
 
 GUARD_S = 10.0
 EAGER = {"execution_config": {"eager_execution": True}}

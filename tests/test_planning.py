@@ -1,4 +1,4 @@
-"""art.planning: the prompt, reading plans from replies, validate-and-repair, replanning."""
+"""art.planning.planner: the prompt, reading plans from replies, validate-and-repair, replanning."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from art.config import Persona
 from art.errors import ModelError, ModelErrorCode, PlanError
-from art.llm import LLMClient, count_tokens
-from art.planning import (
+from art.llm.client import LLMClient, count_tokens
+from art.planning.planner import (
     PLAN_JSON_SCHEMA,
     Planner,
     extract_plan_data,
@@ -25,11 +25,11 @@ from art.planning import (
     render_planning_messages,
     render_replan_messages,
 )
-from art.plans import Plan
-from art.registry import ToolExampleWarning, ToolRegistry
+from art.planning.plans import Plan
 from art.responses import ConversationMessage, StepRecord
 from art.testing import HTTPStatus, ScriptedModel, make_run_context
-from art.tooling import IToolExecutor, ToolExample, ToolResult, ToolSchema
+from art.tooling.contract import IToolExecutor, ToolExample, ToolResult, ToolSchema
+from art.tooling.registry import ToolExampleWarning, ToolRegistry
 
 NOW = datetime(2025, 3, 14, 12, 0, tzinfo=UTC)
 
@@ -644,7 +644,7 @@ async def test_any_planner_output_ends_in_a_valid_plan_or_a_clean_plan_error(rep
 
 
 def validate_plan_is_clean(plan: Plan, registry) -> bool:
-    from art.plans import validate_plan
+    from art.planning.plans import validate_plan
 
     return validate_plan(plan, registry) == [] and Plan.loads(plan.dumps()) == plan
 

@@ -1,4 +1,5 @@
-"""art.plans: the wire format, implied dependencies, graph, Mermaid, dumps and validation."""
+"""art.planning.plans: the wire format, implied dependencies, graph, Mermaid, dumps and
+validation."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from art.plans import Plan, Step, validate_plan
-from art.registry import ToolRegistry
-from art.tooling import IToolExecutor, ToolResult, ToolSchema
+from art.planning.plans import Plan, Step, validate_plan
+from art.tooling.contract import IToolExecutor, ToolResult, ToolSchema
+from art.tooling.registry import ToolRegistry
 
 
 class Tool(IToolExecutor):

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import art
-from art.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, app
+from art.cli.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, app
 from art.errors import ConfigurationError
 from art.testing import Answer, FakeProvider, Hang, HTTPStatus
 from art.tools import Calculator
@@ -316,7 +316,7 @@ print(resp.status, resp.metadata.llm_calls)
 
 
 def test_the_resume_command_a_suspended_run_prints_keeps_the_provider_options():
-    from art.cli import Launch
+    from art.cli.app import Launch
 
     launch = Launch("openai/served", None, None, None, "http://127.0.0.1:8000/v1", "VLLM_KEY", 120)
     assert launch.resume_command("t1", "s-1").endswith(

@@ -1,10 +1,10 @@
-"""art.redaction: secrets never leave art, whatever shape they take."""
+"""art.core.redaction: secrets never leave art, whatever shape they take."""
 
 from __future__ import annotations
 
 import pytest
 
-from art.redaction import MASK, is_secret_key, redact, secrets_from_params
+from art.core.redaction import MASK, is_secret_key, redact, secrets_from_params
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ KEY = "sk-live-KEY-1234567890abcdef"
     ],
 )
 def test_a_known_secret_and_any_part_of_it_of_eight_characters_are_masked(text):
-    from art.redaction import MIN_FRAGMENT, Secrets
+    from art.core.redaction import MIN_FRAGMENT, Secrets
 
     assert MIN_FRAGMENT == 8
     masked = Secrets([KEY]).text(text)
@@ -153,7 +153,7 @@ def test_a_known_secret_and_any_part_of_it_of_eight_characters_are_masked(text):
 
 
 def test_parts_shorter_than_eight_characters_are_left_alone():
-    from art.redaction import Secrets
+    from art.core.redaction import Secrets
 
     text = "sk-live plus 1234567 plus abcdef"
     assert Secrets([KEY]).text(text) == text
@@ -161,7 +161,7 @@ def test_parts_shorter_than_eight_characters_are_left_alone():
 
 
 def test_masking_data_returns_the_same_objects_when_nothing_is_found():
-    from art.redaction import Secrets
+    from art.core.redaction import Secrets
 
     secrets = Secrets([KEY])
     clean = {"a": ["x", {"b": "y"}], "n": 1}
@@ -174,7 +174,7 @@ def test_masking_data_returns_the_same_objects_when_nothing_is_found():
 
 
 def test_the_environment_s_keys_are_known_and_masked_without_being_named(monkeypatch):
-    from art.redaction import environment_secrets
+    from art.core.redaction import environment_secrets
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "ant-env-key-0123456789")
     monkeypatch.setenv("HF_TOKEN", "hf-env-token-0123456789")
@@ -187,7 +187,7 @@ def test_the_environment_s_keys_are_known_and_masked_without_being_named(monkeyp
 
 
 def test_secrets_in_use_reach_every_redact_within_the_block():
-    from art.redaction import current_secrets, secrets_in_use
+    from art.core.redaction import current_secrets, secrets_in_use
 
     assert not current_secrets()
     with secrets_in_use(["params-key-abcdefgh"]):

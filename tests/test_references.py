@@ -1,10 +1,10 @@
-"""art.references: finding and resolving {{sN.output...}} references."""
+"""art.planning.references: finding and resolving {{sN.output...}} references."""
 
 from __future__ import annotations
 
 import pytest
 
-from art.references import (
+from art.planning.references import (
     UnresolvedReferenceError,
     find_references,
     has_references,
@@ -132,7 +132,7 @@ def test_lists_and_tuples_are_copied_only_when_something_changed():
 
 
 def test_the_cached_id_scan_finds_what_the_full_pattern_finds():
-    from art.references import REFERENCE_PATTERN
+    from art.planning.references import REFERENCE_PATTERN
 
     texts = [
         "a {{s1.output}} b {{ s-2.output.x.0 }} {{s3.outputs}} {{s_4.output.}}",

@@ -3,8 +3,8 @@ from typing import Any
 import pytest
 
 from art.errors import ConfigurationError, ToolRegistrationError
-from art.registry import ToolRegistry, build_fast_check, build_validator, input_errors
-from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.registry import ToolRegistry, build_fast_check, build_validator, input_errors
 
 ORDER_SCHEMA = {
     "type": "object",

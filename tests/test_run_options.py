@@ -198,7 +198,7 @@ async def test_metadata_reaches_hooks_and_tools_but_no_llm(make):
 
 async def test_a_continued_run_keeps_its_system_context_and_metadata(make, scripted_model):
     inst, model = make()
-    crashed = art.state.RunRecord(
+    crashed = art.storage.contract.RunRecord(
         run_id="r1",
         thread_id="t",
         trace_id="0" * 32,

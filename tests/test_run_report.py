@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import art
-from art.cli import EXIT_OK, app
+from art.cli.app import EXIT_OK, app
 
 
 @art.tool

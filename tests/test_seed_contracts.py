@@ -7,6 +7,7 @@ import pytest
 
 import art
 from art.config import BufferConfig, ExecutionConfig
+from art.core.usage import TokenUsage
 from art.errors import (
     ArtError,
     ConfigurationError,
@@ -18,7 +19,6 @@ from art.errors import (
     ToolErrorCode,
     ToolRegistrationError,
 )
-from art.usage import TokenUsage
 
 
 def test_token_usage_is_normalized_from_openai_and_anthropic_shapes():

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from art.serialization import safe_stringify, to_jsonable, truncate
+from art.core.serialization import safe_stringify, to_jsonable, truncate
 
 MARKER = re.compile(r"\.\.\.\[truncated (\d+) characters\]$")
 
@@ -216,7 +216,7 @@ def test_to_jsonable_normalizes():
     assert to_jsonable({"raw": b"\xff\xfe", "pair": (1, b"x")}) == {
         "raw": b"\xff\xfe",
         "pair": [1, b"x"],
-    }  # bytes are kept (art.binary carries them through JSON)
+    }  # bytes are kept (art.core.binary carries them through JSON)
     assert to_jsonable({"when": dt.date(2024, 1, 2)}) == {"when": "2024-01-02"}
     assert to_jsonable(Point(x=1, y=2)) == {"x": 1, "y": 2}
     assert to_jsonable(Node("a")) == {"name": "a", "children": []}

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import art
-from art._thread_calls import ThreadCalls, ToolThreads
-from art.invocation import CallTimeouts, invoke_tool
+from art.tooling.invocation import CallTimeouts, invoke_tool
+from art.tooling.threads import ThreadCalls, ToolThreads
 
 GUARD_S = 10.0
 GRACE_S = 0.3
@@ -139,7 +139,7 @@ async def test_an_async_tool_ignoring_its_timeout_is_abandoned_and_the_run_ends(
         tool_stop_grace_s=SHORT_GRACE_S,
     )
     started = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="art.invocation"):
+    with caplog.at_level(logging.WARNING, logger="art.tooling.invocation"):
         resp = await asyncio.wait_for(inst.aprocess("go", "t"), GUARD_S)
     took = time.perf_counter() - started
     (step,) = resp.steps
@@ -159,7 +159,7 @@ async def test_cancel_returns_a_run_whose_async_tool_ignores_cancellation(instan
     )
     task = asyncio.create_task(inst.aprocess("go", "t"))
     await asyncio.wait_for(tool.started.wait(), GUARD_S)
-    with caplog.at_level(logging.WARNING, logger="art.invocation"):
+    with caplog.at_level(logging.WARNING, logger="art.tooling.invocation"):
         cancelled_at = time.perf_counter()
         inst.cancel("t", "stop now")
         resp = await asyncio.wait_for(task, GUARD_S)
@@ -209,7 +209,7 @@ async def test_a_timed_out_sync_tool_that_does_not_stop_is_not_retried(instance,
         tool_stop_grace_s=SHORT_GRACE_S,
     )
     try:
-        with caplog.at_level(logging.WARNING, logger="art.invocation"):
+        with caplog.at_level(logging.WARNING, logger="art.tooling.invocation"):
             resp = await asyncio.wait_for(inst.aprocess("go", "t"), GUARD_S)
     finally:
         blocked.release.set()

@@ -8,7 +8,7 @@ import pytest
 
 import art
 from art.errors import SuspensionError
-from art.storage import open_storage
+from art.storage.opening import open_storage
 from art.testing import replies
 
 

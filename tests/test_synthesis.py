@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import art
-from art.plans import Plan
-from art.responses import ConversationMessage, StepRecord
-from art.synthesis import (
+from art.engine.synthesis import (
     SynthesisInput,
     _step_text,
     _water_fill,
@@ -13,6 +11,8 @@ from art.synthesis import (
     gather_sources,
     synthesis_messages,
 )
+from art.planning.plans import Plan
+from art.responses import ConversationMessage, StepRecord
 
 
 def done(step_id: str, output, tool: str = "search", **metadata) -> StepRecord:

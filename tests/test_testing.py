@@ -15,8 +15,8 @@ import pytest
 
 from art.config import ExecutionConfig
 from art.errors import ModelError, ModelErrorCode
-from art.events import EventBus
-from art.llm import LLMClient
+from art.llm.client import LLMClient
+from art.observe.events import EventBus
 from art.testing import (
     Answer,
     FakeProvider,
@@ -75,7 +75,7 @@ def test_pytest_does_not_collect_it():
 
 
 async def test_replies_of_every_kind_become_text(scripted_model):
-    from art.plans import Plan, Step
+    from art.planning.plans import Plan, Step
 
     plan = Plan(title="t", steps=[Step(id="s1", tool="calc", depends_on=[])])
     model = scripted_model(planning=plan, synthesis={"answer": 4}, step=[1, 2], replan="plain text")
@@ -279,7 +279,7 @@ SNAPSHOT_PLAN = {
 
 
 def test_render_plan_text_is_readable_and_deterministic():
-    from art.plans import Plan
+    from art.planning.plans import Plan
     from art.testing import render_plan_text
 
     plan = Plan.model_validate(SNAPSHOT_PLAN)
@@ -293,7 +293,7 @@ def test_render_plan_text_is_readable_and_deterministic():
 
 
 def test_a_plan_matches_its_snapshot(plan_snapshot):
-    from art.plans import Plan
+    from art.planning.plans import Plan
 
     assert Plan.model_validate(SNAPSHOT_PLAN) == plan_snapshot
 
@@ -305,7 +305,7 @@ def test_plan_snapshots_are_written_compared_and_diffed(pytester, monkeypatch):
     pytester.makepyfile(
         test_plan="""
         import os
-        from art.plans import Plan
+        from art.planning.plans import Plan
 
         def test_plan(plan_snapshot):
             tool = os.environ.get("PLAN_TOOL", "calculator")

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 import art
-from art._thread_calls import ThreadCalls
-from art.execution_state import ExecutionDeps
-from art.invocation import invoke_tool
-from art.plan_execution import PlanExecution
-from art.plans import Plan
-from art.registry import ToolRegistry
+from art.engine.execute import PlanExecution
+from art.engine.execution_state import ExecutionDeps
+from art.planning.plans import Plan
 from art.testing import make_run_context
+from art.tooling.invocation import invoke_tool
+from art.tooling.registry import ToolRegistry
+from art.tooling.threads import ThreadCalls
 
 GUARD_S = 5.0  # a lost hand-over shows up as a timeout, never as a hung test
 
@@ -265,7 +265,7 @@ class Recorded(art.IToolExecutor):
 
 async def test_def_steps_wait_at_the_closed_gate_while_async_steps_go_on(monkeypatch):
     monkeypatch.setattr(
-        "art.steps.ThreadCalls",
+        "art.engine.steps.ThreadCalls",
         functools.partial(ThreadCalls, handoff_after_s=0.0, handoff_wait_s=60.0),
     )
     pool = ThreadPoolExecutor(max_workers=1)
@@ -300,7 +300,7 @@ async def test_def_steps_wait_at_the_closed_gate_while_async_steps_go_on(monkeyp
 
 async def test_cancelling_a_run_cancels_the_def_steps_waiting_at_the_gate(monkeypatch):
     monkeypatch.setattr(
-        "art.steps.ThreadCalls",
+        "art.engine.steps.ThreadCalls",
         functools.partial(ThreadCalls, handoff_after_s=0.0, handoff_wait_s=60.0),
     )
     pool = ThreadPoolExecutor(max_workers=1)

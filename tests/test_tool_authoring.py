@@ -8,8 +8,8 @@ import pydantic
 import pytest
 
 import art
-from art.registry import ToolExampleWarning, ToolRegistry
-from art.tooling import ExecutionContext
+from art.tooling.contract import ExecutionContext
+from art.tooling.registry import ToolExampleWarning, ToolRegistry
 
 
 def _context() -> ExecutionContext:
@@ -77,7 +77,7 @@ def test_the_example_warning_points_at_the_tool_that_has_it():
     assert [(w.filename, w.lineno) for w in caught] == [
         (__file__, decorator_line),
         (__file__, class_line),
-    ]  # not art/registry.py or art/instance.py
+    ]  # not art/tooling/registry.py or art/instance.py
 
 
 def test_good_examples_register_without_a_warning(recwarn):

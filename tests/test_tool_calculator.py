@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from art.invocation import invoke_tool
-from art.registry import ToolRegistry
-from art.tooling import ExecutionContext
+from art.tooling.contract import ExecutionContext
+from art.tooling.invocation import invoke_tool
+from art.tooling.registry import ToolRegistry
 from art.tools import Calculator
 from art.tools.calculator import CalculatorError, evaluate
 

@@ -1,9 +1,9 @@
 import pytest
 
 from art.errors import ConfigurationError
-from art.invocation import invoke_tool
-from art.registry import ToolRegistry
-from art.tooling import ExecutionContext
+from art.tooling.contract import ExecutionContext
+from art.tooling.invocation import invoke_tool
+from art.tooling.registry import ToolRegistry
 from art.tools import ListFiles, ReadFile
 
 

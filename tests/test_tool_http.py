@@ -11,10 +11,10 @@ import pytest
 import trustme
 
 from art.errors import ConfigurationError
-from art.invocation import invoke_tool
-from art.registry import ToolRegistry
 from art.testing._serving import ServerThread
-from art.tooling import ExecutionContext
+from art.tooling.contract import ExecutionContext
+from art.tooling.invocation import invoke_tool
+from art.tooling.registry import ToolRegistry
 from art.tools import HttpGet
 
 

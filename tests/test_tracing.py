@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import art
+from art.core.spans import SpanContext
 from art.errors import ConfigurationError
-from art.events import EventBus
-from art.spans import SpanContext
-from art.tracing import enable_tracing
+from art.observe.events import EventBus
+from art.observe.tracing import enable_tracing
 
 
 @pytest.fixture
@@ -378,7 +378,7 @@ async def test_real_suspended_and_resumed_run_gives_two_run_spans(
 
 
 def test_span_ids_are_16_hex_digits_unique_and_children_keep_the_trace():
-    from art.spans import SpanContext
+    from art.core.spans import SpanContext
 
     root = SpanContext.root()
     children = [root.child() for _ in range(2000)]
@@ -488,7 +488,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import art
 from art.testing import ScriptedModel
 from art.tools import AskHuman, Calculator
-from art.tracing import enable_tracing
+from art.observe.tracing import enable_tracing
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

@@ -135,7 +135,7 @@ def _run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _art(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _run(project, "-c", "from art.cli import main; main()", *args)
+    return _run(project, "-c", "from art.cli.app import main; main()", *args)
 
 
 def test_a_new_users_first_hour(project: Path) -> None:

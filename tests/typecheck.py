@@ -1,5 +1,4 @@
-"""Run mypy --strict over the art package as it installs: art.adapters and art.tools read from
-the folders pyproject.toml's package-dir maps them from (mypy alone cannot follow that map).
+"""Run mypy --strict over the art package.
 
     python tests/typecheck.py
 
@@ -11,7 +10,6 @@ import hashlib
 import shutil
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 from mypy import build
@@ -23,17 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def package_sources() -> list[BuildSource]:
-    """One source per module of the installed package, named as it imports."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    sources: dict[str, BuildSource] = {}
-    for package, folder in config["package-dir"].items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            module = ".".join((package, *parts))
-            sources[module] = BuildSource(str(path.relative_to(ROOT)), module)
-    return list(sources.values())
+    """One source per module of the package, named as it imports."""
+    sources: list[BuildSource] = []
+    for path in sorted((ROOT / "art").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        sources.append(BuildSource(str(path.relative_to(ROOT)), ".".join(parts)))
+    return sources
 
 
 def cache_dir() -> str:

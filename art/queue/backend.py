@@ -18,7 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from art._log import get_logger
+from art.core.log import get_logger
 from art.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from art.instance import ArtInstance
     from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats
     from art.queue.metrics import QueueMetrics
-    from art.state import StorageAdapter
+    from art.storage.contract import StorageAdapter
 
 __all__ = ["CLEAN_UP_EVERY_S", "QueueBackend", "QueueWorker", "open_backend"]
 

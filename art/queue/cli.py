@@ -1,4 +1,4 @@
-"""The queue's commands: `art submit`, `art worker`, `art workers` (registered by art/cli.py).
+"""The queue's commands: `art submit`, `art worker`, `art workers` (registered by art/cli/app.py).
 
 Like the rest of the `art` command they use the public API and import the engine inside
 the command, so `art --help` stays fast.
@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from art._cli_checks import non_negative_seconds, positive_seconds
-from art.cli import (
+from art.cli.app import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_SUSPENDED,
@@ -25,6 +24,7 @@ from art.cli import (
     StorageOption,
     ToolsOption,
 )
+from art.cli.checks import non_negative_seconds, positive_seconds
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
@@ -67,7 +67,7 @@ def submit(
     json_output: JsonOption = False,
 ) -> None:
     """Queue QUERY for a worker and print the run's id (with --wait, its end)."""
-    from art.cli import _exit, _guard
+    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
@@ -155,7 +155,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
-    from art.cli import _build_instance, _exit, _guard, load_instance
+    from art.cli.app import _build_instance, _exit, _guard, load_instance
 
     out = Output(json=False)
     changes = {
@@ -195,7 +195,7 @@ def workers(
     json_output: JsonOption = False,
 ) -> None:
     """Show the queue: runs waiting and by state, and every worker with its heartbeat."""
-    from art.cli import _exit, _guard
+    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
 
@@ -266,7 +266,7 @@ def _print_submitted(out: Output, run_id: str, thread_id: str, stats: QueueStats
 
 
 def _print_ended(out: Output, record: Any) -> None:
-    from art.cli import _status_text
+    from art.cli.app import _status_text
 
     if record.error is not None:
         out.errors.print(f"[red bold]error[/] [red]{record.error.code}[/]: {record.error.message}")
@@ -282,7 +282,7 @@ def _print_ended(out: Output, record: Any) -> None:
 def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
     from rich.table import Table
 
-    from art.cli import _seconds, _when
+    from art.cli.app import _seconds, _when
 
     jobs = ", ".join(f"{count} {state}" for state, count in sorted(stats.jobs.items()))
     out.console.print(

@@ -12,17 +12,17 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from art._log import get_logger
+from art.core.log import get_logger
+from art.core.spans import new_trace_id
 from art.errors import RunErrorCode, ThreadBusyError
 from art.responses import RunError, utcnow
-from art.spans import new_trace_id
-from art.state import ACTIVE_RUN_STATES, RunRecord, RunState
+from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, RunState
 
 if TYPE_CHECKING:
     from art.instance import ArtInstance
     from art.queue.jobs import JobSpec
     from art.queue.metrics import QueueMetrics
-    from art.state import StorageAdapter
+    from art.storage.contract import StorageAdapter
 
 __all__ = ["MAX_ERROR_RETRIES", "RunJob", "ended_status", "error_retry_delay", "mark_cancelled"]
 

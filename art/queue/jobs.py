@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from art._models import ArtModel
+from art.core.models import ArtModel
 
 __all__ = [
     "FINAL_JOB_STATES",

@@ -11,7 +11,7 @@ attribute `art.queue` naming the queue:
 - `art.queue.run.duration` (histogram, s): a run's time on this worker;
 - `art.queue.run.wait` (histogram, s): from submission to a worker starting the run;
 - `art.queue.depth` (gauge): runs waiting for a worker;
-- `art.queue.jobs` (gauge): runs by `art.state` (`todo`, `doing`, `succeeded`, ...);
+- `art.queue.jobs` (gauge): runs by `art.storage.contract` (`todo`, `doing`, `succeeded`, ...);
 - `art.queue.workers` (gauge): registered workers, by `art.stalled` (true: presumed dead).
 
 The gauges come from the queue's tables, read at a heartbeat once a reader has collected
@@ -127,7 +127,7 @@ class QueueMetrics:
         stats = self._observations()
         if stats is not None:
             for state, count in sorted(stats.jobs.items()):
-                yield Observation(count, {**self.attributes, "art.state": state})
+                yield Observation(count, {**self.attributes, "art.storage.contract": state})
 
     def _workers(self, options: CallbackOptions) -> Iterator[Observation]:
         from opentelemetry.metrics import Observation

@@ -1,6 +1,6 @@
 """Queued runs on PostgreSQL through procrastinate, in the database that holds the threads.
 
-Each submitted run is a procrastinate job of the task `art.run` on the queue
+Each submitted run is a procrastinate job of the task `art.engine.run` on the queue
 `QueueConfig.name`, with `lock=thread_id`: procrastinate starts a job only when no job of the
 same lock is running and no older one waits, so a thread runs one queued run at a time, in
 submission order, while different threads spread over every worker. Jobs are taken with
@@ -39,8 +39,8 @@ from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Job
 from procrastinate.schema import SchemaManager
 
-from art._log import get_logger
 from art.adapters.postgres import fetch_value
+from art.core.log import get_logger
 from art.queue.backend import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerInfo
@@ -48,13 +48,13 @@ from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerIn
 if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
-    from art.state import RunState
+    from art.storage.contract import RunState
 
 __all__ = ["TASK", "HandedBack", "ProcrastinateQueue", "ProcrastinateWorker"]
 
 log = get_logger(__name__)
 
-TASK = "art.run"
+TASK = "art.engine.run"
 # Advisory lock keys (art's storage migrations use (0x617274, 1)).
 _SETUP_LOCK = (0x617274, 2)
 _TAKE_OVER_LOCK = (0x617274, 3)
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS art_queue_workers (
     started_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE UNIQUE INDEX IF NOT EXISTS art_queue_run_ids ON procrastinate_jobs ((args->>'run_id'))
-    WHERE task_name = 'art.run'
+    WHERE task_name = 'art.engine.run'
 """
 
 
@@ -158,7 +158,7 @@ class ProcrastinateQueue(QueueBackend):
         rows = await self._rows(
             "SELECT id, status::text AS status, args, attempts, worker_id"
             " FROM procrastinate_jobs WHERE args->>'run_id' = %(run_id)s"
-            " AND task_name = 'art.run'",  # the unique index's predicate, as written there
+            " AND task_name = 'art.engine.run'",  # the unique index's predicate, as written there
             run_id=run_id,
         )
         return rows[0] if rows else None
@@ -332,7 +332,7 @@ class _Worker(pq_worker.Worker):
 
 
 class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
-    """A procrastinate worker running art's `art.run` jobs with one instance."""
+    """A procrastinate worker running art's `art.engine.run` jobs with one instance."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from art._log import get_logger
 from art.config import ProcessOptions, QueueConfig
+from art.core.log import get_logger
+from art.core.spans import new_trace_id
 from art.errors import ConfigurationError, RunErrorCode
 from art.queue.backend import QueueWorker, open_backend
 from art.queue.jobs import FINAL_JOB_STATES, JobSpec, JobView, QueueStats, RunStatus
 from art.responses import RunError, utcnow
-from art.spans import new_trace_id
-from art.state import ACTIVE_RUN_STATES, RunRecord
-from art.storage import timestamp_key
+from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
+from art.storage.opening import timestamp_key
 
 if TYPE_CHECKING:
     from art.instance import ArtInstance
-    from art.state import StorageAdapter
+    from art.storage.contract import StorageAdapter
 
 __all__ = ["RunHandle", "RunQueue"]
 
@@ -56,8 +56,8 @@ class RunQueue:
         instance: ArtInstance | None = None,
         sync: SyncRunner | None = None,
     ) -> None:
-        from art.state import StorageAdapter
-        from art.storage import open_storage
+        from art.storage.contract import StorageAdapter
+        from art.storage.opening import open_storage
 
         self.storage = open_storage(storage)
         # A storage URL is opened (and closed) here; an adapter belongs to its owner.

@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from art._log import get_logger
+from art.core.log import get_logger
 from art.queue.backend import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueueStats, WorkerInfo
 from art.responses import utcnow
-from art.storage import timestamp_key
+from art.storage.opening import timestamp_key
 
 if TYPE_CHECKING:
     from art.config import QueueConfig

@@ -46,13 +46,13 @@ from fastapi import APIRouter, Depends
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from art.serialization import safe_stringify
+from art.core.serialization import safe_stringify
+from art.engine.suspension import Decision
 from art.server.context import ServerContext, get_context
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
-from art.state import RunRecord, StoredEvent
-from art.suspension import Decision
+from art.storage.contract import RunRecord, StoredEvent
 
 __all__ = ["DECISION_SCHEMA", "AgUiTranslator", "router"]
 

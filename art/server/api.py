@@ -11,9 +11,10 @@ from fastapi import Path as PathParam
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
+from art.engine.phases import display_outputs
+from art.engine.suspension import Decision
 from art.errors import ThreadBusyError
-from art.phases import display_outputs
-from art.plans import Plan
+from art.planning.plans import Plan
 from art.responses import AgentFinalResponse
 from art.server.context import ServerContext, get_context
 from art.server.models import (
@@ -31,8 +32,7 @@ from art.server.models import (
 )
 from art.server.problems import Problem, ProblemBody
 from art.server.settings import THREAD_ID_PATTERN, valid_thread_id
-from art.state import ACTIVE_RUN_STATES, RunRecord, StoredEvent
-from art.suspension import Decision
+from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StoredEvent
 
 __all__ = ["event_stream", "router", "run_resource"]
 

@@ -15,8 +15,8 @@ from starlette.staticfiles import StaticFiles
 
 import art
 from art.config import ArtInstanceConfig
+from art.core.redaction import redact, secrets_from_params
 from art.instance import ArtInstance
-from art.redaction import redact, secrets_from_params
 from art.server import agui, openai
 from art.server.api import router
 from art.server.context import ServerContext

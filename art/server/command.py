@@ -1,4 +1,4 @@
-"""The `art serve` command (registered in art/cli.py). Imports the server only when run."""
+"""The `art serve` command (registered in art/cli/app.py). Imports the server only when run."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def serve_command(
     """Serve the agent over HTTP: a REST API with live event streams (SSE), the AG-UI
     protocol at /ag-ui, an OpenAI-compatible /v1/chat/completions, and the run inspector
     at /. Docs: docs/server.md"""
-    from art.cli import CliError, load_tools
+    from art.cli.app import CliError, load_tools
     from art.errors import ConfigurationError
 
     try:

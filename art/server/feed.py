@@ -14,7 +14,7 @@ from datetime import datetime
 
 from art.server.journal import EventJournal
 from art.server.runs import ActiveRun
-from art.state import StorageAdapter, StoredEvent
+from art.storage.contract import StorageAdapter, StoredEvent
 
 __all__ = ["EventFeed"]
 

@@ -28,12 +28,12 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from art._log import get_logger
-from art.event_log import stored_events
-from art.events import Event
+from art.core.log import get_logger
+from art.core.serialization import safe_stringify, truncate
+from art.observe.event_log import stored_events
+from art.observe.events import Event
 from art.responses import AgentFinalResponse, ConversationMessage, StepRecord
-from art.serialization import safe_stringify, truncate
-from art.state import RunRecord, StorageAdapter, StoredEvent, Suspension, ThreadSummary
+from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension, ThreadSummary
 
 __all__ = ["MAX_VALUE_CHARS", "EventJournal", "JournaledStorage", "stored_event"]
 

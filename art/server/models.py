@@ -13,12 +13,12 @@ import pydantic_core
 from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
-from art._models import ArtModel
+from art.core.models import ArtModel
 from art.instance import ThreadState
-from art.plans import Plan
+from art.planning.plans import Plan
 from art.responses import ConversationMessage, DisplayOutput
-from art.state import RunRecord, Suspension, ThreadSummary
-from art.tooling import ToolSchema
+from art.storage.contract import RunRecord, Suspension, ThreadSummary
+from art.tooling.contract import ToolSchema
 
 __all__ = [
     "DecisionRequest",
@@ -119,7 +119,7 @@ class PlanResource(ArtModel):
 
 def _fallback(value: Any) -> Any:
     """Values JSON cannot carry (a tool's arbitrary object) are sent as text."""
-    from art.serialization import safe_stringify
+    from art.core.serialization import safe_stringify
 
     return safe_stringify(value)
 

@@ -214,7 +214,7 @@ async def _chunks(
 
 async def _waiting_text(ctx: ServerContext, thread_id: str, run_id: str | None) -> str:
     """What a suspended run waits for, and where to decide it."""
-    from art.suspension import suspended_message
+    from art.engine.suspension import suspended_message
 
     pending = await ctx.instance.storage.list_suspensions(thread_id)
     pending = [s for s in pending if s.run_id == run_id]

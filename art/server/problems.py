@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from art._log import get_logger
+from art.core.log import get_logger
 from art.errors import ArtError, ConfigurationError, RunErrorCode, SuspensionError
 
 __all__ = [

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from art._log import get_logger
+from art.core.log import get_logger
+from art.engine.suspension import Decision
 from art.errors import ArtError, RunErrorCode
-from art.events import Event
 from art.instance import ArtInstance
+from art.observe.events import Event
 from art.responses import AgentFinalResponse
 from art.server.journal import EventJournal
 from art.server.problems import Problem
-from art.state import RunRecord, StoredEvent
-from art.suspension import Decision
+from art.storage.contract import RunRecord, StoredEvent
 
 __all__ = ["ActiveRun", "RunManager"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from art.context import RunContext
+    from art.engine.context import RunContext
     from art.testing.provider import FakeProvider
     from art.testing.scripted import ScriptedModel
 

@@ -6,9 +6,9 @@ import uuid
 from typing import Any
 
 from art.config import ExecutionConfig
-from art.context import RunContext
-from art.events import EventBus
-from art.spans import SpanContext
+from art.core.spans import SpanContext
+from art.engine.context import RunContext
+from art.observe.events import EventBus
 
 __all__ = ["make_run_context"]
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from art.llm import _litellm
+from art.llm.client import _litellm
 
 if TYPE_CHECKING:
     from litellm.llms.custom_llm import CustomLLM
@@ -159,7 +159,7 @@ class ScriptedModel:
     (chunks are sent on a fixed schedule, so the rate holds however long a consumer takes),
     and a reply not streamed then comes after as long as its stream would take.
 
-    It is a `art.model.Model`: pass it as the model, or pass its name (`model.model`).
+    It is a `art.llm.model.Model`: pass it as the model, or pass its name (`model.model`).
     Use it as a context manager, or call `unregister()` when done::
 
         with ScriptedModel(planning={"steps": []}, synthesis="Hello!") as model:
@@ -254,7 +254,7 @@ class ScriptedModel:
         self._registered = False
 
     async def acompletion(self, **request: Any) -> Any:
-        """The Model protocol (art.model): the call goes through litellm's provider
+        """The Model protocol (art.llm.model): the call goes through litellm's provider
         interface, as a call by name does, so every litellm code path runs."""
         return await _litellm().acompletion(**{**request, "model": self.model})
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from art.plans import Plan
+from art.planning.plans import Plan
 
 __all__ = ["PlanSnapshotExtension", "render_plan_text"]
 

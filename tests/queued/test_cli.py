@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from art.cli import EXIT_OK, EXIT_USAGE, app
+from art.cli.app import EXIT_OK, EXIT_USAGE, app
 from art.queue import run_worker
 
 from . import app as queue_app

@@ -18,7 +18,7 @@ import art
 from art.errors import ConfigurationError
 from art.queue import QueueStats, RunQueue, run_worker
 from art.queue.backend import open_backend
-from art.state import StorageAdapter
+from art.storage.contract import StorageAdapter
 from art.testing import ScriptedModel
 from art.tools import Calculator
 
@@ -433,7 +433,7 @@ async def test_workers_report_opentelemetry_metrics(durable_url: str) -> None:
     assert found["art.queue.run.wait"][0].count == 3
     (depth,) = found["art.queue.depth"]
     assert depth.value == 0
-    jobs = {p.attributes["art.state"]: p.value for p in found["art.queue.jobs"]}
+    jobs = {p.attributes["art.storage.contract"]: p.value for p in found["art.queue.jobs"]}
     assert jobs == {"succeeded": 3}
     workers_by_state = {p.attributes["art.stalled"]: p.value for p in found["art.queue.workers"]}
     assert workers_by_state == {False: 1, True: 0}

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from art.testing import ScriptedModel
-from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 from art.tools import AskHuman, Calculator, Show
 
 APPROVAL_PLAN: dict[str, Any] = {

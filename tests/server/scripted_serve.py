@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from art.tooling import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 from art.tools import AskHuman, Calculator
 
 
@@ -76,7 +76,7 @@ def plan_for(messages: list[dict[str, Any]], metadata: dict[str, Any]) -> dict[s
 
 
 def main() -> None:
-    from art.cli import main as art_main
+    from art.cli.app import main as art_main
     from art.testing import ScriptedModel
 
     model = ScriptedModel(planning=plan_for, synthesis="Done.")

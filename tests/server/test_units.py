@@ -10,15 +10,15 @@ import pytest
 from ag_ui.core import RunAgentInput
 
 from art.errors import ConfigurationError, RunErrorCode, SuspensionError, ThreadBusyError
-from art.events import Event
-from art.plans import Plan
+from art.observe.events import Event
+from art.planning.plans import Plan
 from art.responses import AgentFinalResponse, ConversationMessage, ExecutionMetadata
 from art.server import ServerSettings, create_app
 from art.server.agui import AgUiTranslator
 from art.server.journal import MAX_VALUE_CHARS, stored_event
 from art.server.problems import from_art_error
 from art.server.settings import is_loopback, valid_thread_id
-from art.state import StoredEvent
+from art.storage.contract import StoredEvent
 
 from .conftest import check_agui_sequence
 
@@ -215,7 +215,7 @@ def test_art_serve_documents_its_options_and_refuses_an_open_server_without_keys
 ) -> None:
     from typer.testing import CliRunner
 
-    from art.cli import app
+    from art.cli.app import app
 
     monkeypatch.delenv("ART_API_KEYS", raising=False)
     runner = CliRunner()
@@ -241,7 +241,7 @@ def test_art_serve_documents_its_options_and_refuses_an_open_server_without_keys
 
 def test_the_journaled_storage_delegates_every_method_of_the_contract() -> None:
     from art.server.journal import JournaledStorage
-    from art.state import StorageAdapter
+    from art.storage.contract import StorageAdapter
 
     contract = {
         name

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from postgres_databases import fresh_database
 
-from art.state import StorageAdapter
+from art.storage.contract import StorageAdapter
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def durable_target(request: pytest.FixtureRequest) -> str:
 
 @asynccontextmanager
 async def _factory(target: str) -> AsyncIterator[StorageFactory]:
-    from art.storage import open_storage
+    from art.storage.opening import open_storage
 
     opened: list[StorageAdapter] = []
 

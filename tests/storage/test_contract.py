@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from art.core.usage import TokenUsage
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
-from art.plans import Plan
+from art.planning.plans import Plan
 from art.responses import ConversationMessage, MessageMetadata, RunError, Source, StepRecord
-from art.state import RunRecord, StorageAdapter, StoredEvent, Suspension
-from art.tooling import ToolResult
-from art.usage import TokenUsage
+from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension
+from art.tooling.contract import ToolResult
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 

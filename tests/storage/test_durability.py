@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from warm_processes import warm_forkserver
 
-from art.state import RunRecord
-from art.storage import open_storage
+from art.storage.contract import RunRecord
+from art.storage.opening import open_storage
 
 from . import durability_app as app
 

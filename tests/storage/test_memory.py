@@ -10,7 +10,7 @@ import pytest
 import art.adapters.memory as memory
 from art.adapters.memory import MemoryStorage
 from art.responses import StepRecord
-from art.state import RunRecord, Suspension
+from art.storage.contract import RunRecord, Suspension
 
 from .test_contract import completed_step, make_run, make_suspension
 

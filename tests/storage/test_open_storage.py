@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from art.errors import ConfigurationError
-from art.storage import default_sqlite_path, open_storage
+from art.storage.opening import default_sqlite_path, open_storage
 
 
 def test_an_adapter_is_returned_as_is() -> None:
@@ -115,7 +115,7 @@ def test_none_without_env_is_sqlite_in_the_user_data_dir(
 
 def test_core_imports_no_adapter() -> None:
     code = (
-        "import sys, art, art.storage, art.state\n"
+        "import sys, art, art.storage.opening, art.storage.contract\n"
         "loaded = [m for m in sys.modules if m.startswith('art.adapters.')"
         " or m.split('.')[0] in ('psycopg', 'psycopg_pool', 'sqlite3', 'filelock')]\n"
         "print(loaded)"

@@ -22,7 +22,7 @@ async def test_a_version_1_database_is_migrated_without_losing_threads(
 
     from art.adapters.postgres import SCHEMA_VERSION, PostgresStorage, migrate
     from art.responses import StepRecord
-    from art.state import RunRecord
+    from art.storage.contract import RunRecord
 
     run = RunRecord(run_id="r-old", thread_id="t-old", trace_id="0", query="old", answer="42")
     async with await psycopg.AsyncConnection.connect(postgres_database, autocommit=True) as conn:

@@ -16,8 +16,8 @@ import pytest
 from art.adapters.sqlite import SCHEMA_VERSION, SQLiteStorage, migrate
 from art.errors import ConfigurationError, ThreadBusyError
 from art.responses import StepRecord, utcnow
-from art.state import RunRecord, StoredEvent
-from art.tooling import ToolResult
+from art.storage.contract import RunRecord, StoredEvent
+from art.tooling.contract import ToolResult
 
 
 def make_run(thread_id: str, run_id: str, query: str = "q") -> RunRecord:
@@ -26,7 +26,7 @@ def make_run(thread_id: str, run_id: str, query: str = "q") -> RunRecord:
 
 @pytest.mark.parametrize(("option", "level"), [("", 1), ("?synchronous=full", 2)])
 async def test_wal_mode_and_synchronous_level(tmp_path: Path, option: str, level: int) -> None:
-    from art.storage import open_storage
+    from art.storage.opening import open_storage
 
     storage = open_storage(f"sqlite:///{tmp_path / 'art.db'}{option}")
     await storage.open()
@@ -152,7 +152,7 @@ WRITER = """
 import asyncio, sys
 from art.adapters.sqlite import SQLiteStorage
 from art.responses import StepRecord
-from art.state import RunRecord
+from art.storage.contract import RunRecord
 
 async def main():
     storage = SQLiteStorage(sys.argv[1])

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import art
 from art.responses import StepRecord
-from art.state import StorageAdapter
-from art.tooling import ToolResult
+from art.storage.contract import StorageAdapter
+from art.tooling.contract import ToolResult
 from art.tools import ListFiles
 
 from .test_contract import make_run

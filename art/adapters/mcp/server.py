@@ -1,0 +1,478 @@
+"""art as an MCP server: an MCP client (Claude Desktop, an IDE, another agent) asks a
+question in one tool call and art's planner runs the tools behind it.
+
+Four tools, over stdio or Streamable HTTP:
+
+- `query(question, thread_id?)`: plan, execute and synthesize; the answer as text and, as
+  structured content, the status, plan, step outputs, usage and any pending suspensions.
+  Progress notifications report the plan and each step as it finishes.
+- `plan(question, thread_id?)`: the plan only (nothing runs).
+- `list_suspensions(thread_id?)`: steps waiting for a human decision.
+- `decide_suspension(thread_id, suspension_id, approved, reason?, modified_args?)`: decide
+  one and finish the run (same result as `query`).
+
+A client's `notifications/cancelled` cancels the run (it ends with code CANCELLED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic_core import to_jsonable_python
+
+from art.core.log import get_logger
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.server import Server
+    from mcp.server.context import ServerRequestContext
+    from starlette.applications import Starlette
+
+    from art.instance import ArtInstance
+    from art.observe.events import Event
+    from art.responses import AgentFinalResponse
+
+__all__ = ["TOOLS", "aserve", "create_mcp_server", "serve", "streamable_http_app"]
+
+log = get_logger(__name__)
+
+ServerTransport = Literal["stdio", "http"]
+
+_THREAD_ID = {
+    "type": "string",
+    "description": "The conversation thread; give the thread_id of an earlier result to "
+    "ask a follow-up. A new thread when omitted.",
+}
+_QUESTION = {"type": "string", "minLength": 1, "description": "What to ask the agent."}
+_RUN_RESULT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["success", "partial", "error", "suspended"]},
+        "answer": {"type": "string"},
+        "thread_id": {"type": "string"},
+        "run_id": {"type": ["string", "null"]},
+        "plan": {"type": ["object", "null"], "description": "The plan in art's wire form."},
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "tool": {"type": ["string", "null"]},
+                    "status": {"type": "string"},
+                    "output": {},
+                    "error": {"type": ["string", "null"]},
+                },
+                "required": ["id", "status"],
+            },
+        },
+        "usage": {"type": "object"},
+        "llm_calls": {"type": "integer"},
+        "tool_calls": {"type": "integer"},
+        "duration_ms": {"type": "number"},
+        "error": {"type": ["object", "null"]},
+        "suspensions": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["status", "answer", "thread_id", "steps"],
+}
+_SUSPENSIONS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"suspensions": {"type": "array", "items": {"type": "object"}}},
+    "required": ["suspensions"],
+}
+
+#: name -> (description, inputSchema, outputSchema)
+TOOLS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "query": (
+        "Ask the agent a question. It plans the tool steps needed, runs independent steps "
+        "at the same time, and answers from their results. Returns the answer; the "
+        "structured result also holds the plan, each step's output, the status and token "
+        "usage. A status of 'suspended' means a step waits for a human decision: see "
+        "list_suspensions and decide_suspension.",
+        {
+            "type": "object",
+            "properties": {"question": _QUESTION, "thread_id": _THREAD_ID},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        _RUN_RESULT,
+    ),
+    "plan": (
+        "Show the plan the agent would follow for a question, without running anything. "
+        "Returns the steps (tool, arguments, dependencies).",
+        {
+            "type": "object",
+            "properties": {"question": _QUESTION, "thread_id": _THREAD_ID},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"plan": {"type": "object"}},
+            "required": ["plan"],
+        },
+    ),
+    "list_suspensions": (
+        "List the steps waiting for a human decision (human in the loop), with the "
+        "question each asks and the suspension_id to decide it with.",
+        {
+            "type": "object",
+            "properties": {
+                "thread_id": {
+                    "type": "string",
+                    "description": "Only this thread (default: the 100 most recent threads).",
+                }
+            },
+            "additionalProperties": False,
+        },
+        _SUSPENSIONS,
+    ),
+    "decide_suspension": (
+        "Approve or reject a step waiting for a human decision; the run then goes on. "
+        "Returns the same result as query.",
+        {
+            "type": "object",
+            "properties": {
+                "thread_id": {"type": "string"},
+                "suspension_id": {"type": "string"},
+                "approved": {"type": "boolean"},
+                "reason": {"type": "string", "description": "Why (the agent sees it)."},
+                "modified_args": {
+                    "type": "object",
+                    "description": "Run the step with these arguments instead.",
+                },
+            },
+            "required": ["thread_id", "suspension_id", "approved"],
+            "additionalProperties": False,
+        },
+        _RUN_RESULT,
+    ),
+}
+# Events a query reports as progress, besides the finished steps.
+_REPORTED = frozenset({"plan:created", "plan:updated", "step:status", "suspended"})
+_FINISHED_STEP = frozenset({"completed", "failed", "skipped"})
+
+
+def create_mcp_server(instance: ArtInstance, *, name: str = "art") -> Server[Any]:
+    """An MCP server (the SDK's low-level `Server`) answering with `instance`.
+
+    Serve it yourself, or use `serve` / `aserve` / `streamable_http_app`. The instance
+    stays yours: close it when the server is done."""
+    from mcp.server import Server
+
+    import art
+
+    tools = _Tools(instance)
+    return Server(
+        name,
+        version=art.__version__,
+        instructions=(
+            "An art agent: call query with a question; it plans and runs tools in parallel "
+            "and returns the answer with the plan and each step's output."
+        ),
+        on_list_tools=tools.list_tools,
+        on_call_tool=tools.call_tool,
+    )
+
+
+def streamable_http_app(
+    instance: ArtInstance, *, path: str = "/mcp", host: str = "127.0.0.1", name: str = "art"
+) -> Starlette:
+    """A Starlette app serving `instance` over Streamable HTTP at `path` (mount it, or run
+    it with any ASGI server). `host` is the address it is reached on: for localhost the
+    SDK turns on its DNS-rebinding protection."""
+    server = create_mcp_server(instance, name=name)
+    return server.streamable_http_app(streamable_http_path=path, host=host)
+
+
+async def aserve(
+    instance: ArtInstance,
+    transport: ServerTransport = "stdio",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    path: str = "/mcp",
+    name: str = "art",
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve `instance` until the client hangs up (stdio) or the process is stopped (HTTP).
+
+    `ready` is called with a line saying where it listens, once it does."""
+    if transport == "stdio":
+        from mcp.server.stdio import stdio_server
+
+        server = create_mcp_server(instance, name=name)
+        async with stdio_server() as (read_stream, write_stream):
+            if ready is not None:
+                ready("serving MCP over stdio")
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        return
+    if transport != "http":
+        raise ValueError(f"transport must be 'stdio' or 'http', got {transport!r}")
+    import socket
+
+    import uvicorn
+
+    app = streamable_http_app(instance, path=path, host=host, name=name)
+    # Bound here, so port 0 picks a free port that `ready` can name.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    http = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    if ready is not None:
+        where = f"[{host}]" if ":" in host else host
+        ready(f"serving MCP at http://{where}:{bound}{path}")
+    try:
+        await http.serve(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def serve(instance: ArtInstance, transport: ServerTransport = "stdio", **options: Any) -> None:
+    """Sync `aserve` (blocks until the server stops)."""
+    asyncio.run(aserve(instance, transport, **options))
+
+
+class _Tools:
+    """The server's tool handlers, over one ArtInstance."""
+
+    def __init__(self, instance: ArtInstance) -> None:
+        self.instance = instance
+        self._validators: dict[str, Any] = {}
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        from mcp_types import ListToolsResult, Tool
+
+        return ListToolsResult(
+            tools=[
+                Tool(name=name, description=text, input_schema=inputs, output_schema=outputs)
+                for name, (text, inputs, outputs) in TOOLS.items()
+            ]
+        )
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        from mcp import MCPError
+        from mcp_types import INVALID_PARAMS
+
+        name, args = params.name, dict(params.arguments or {})
+        if name not in TOOLS:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}")
+        if problems := self._problems(name, args):
+            return _error_result(f"invalid arguments for {name}: " + "; ".join(problems))
+        try:
+            if name == "query":
+                thread_id = args.get("thread_id") or f"mcp-{uuid.uuid4().hex[:12]}"
+                response = await self._with_progress(
+                    ctx, thread_id, lambda: self.instance.aprocess(args["question"], thread_id)
+                )
+                return await self._run_result(response, thread_id)
+            if name == "decide_suspension":
+                thread_id = args["thread_id"]
+                decision = {
+                    "approved": args["approved"],
+                    "reason": args.get("reason"),
+                    "modified_args": args.get("modified_args"),
+                }
+                response = await self._with_progress(
+                    ctx,
+                    thread_id,
+                    lambda: self.instance.aresume_execution(
+                        thread_id, args["suspension_id"], decision
+                    ),
+                )
+                return await self._run_result(response, thread_id)
+            if name == "plan":
+                plan = await self.instance.aplan(args["question"], args.get("thread_id"))
+                return _structured({"plan": plan.to_wire()}, _plan_text(plan.to_wire()))
+            return _structured(
+                {"suspensions": await self._suspensions(args.get("thread_id"))},
+                None,
+            )
+        except Exception as exc:
+            from art.errors import ArtError
+
+            if not isinstance(exc, ArtError):
+                log.exception("MCP tool call failed inside art", tool=name)
+                return _error_result(f"{name} failed: {type(exc).__name__}: {exc}")
+            return _error_result(f"{name} failed ({exc.code}): {exc.message}")
+
+    async def _run_result(
+        self, response: AgentFinalResponse, thread_id: str
+    ) -> mcp_types.CallToolResult:
+        suspensions = []
+        if response.metadata.status == "suspended":
+            suspensions = await self._suspensions(response.metadata.thread_id or thread_id)
+        return _run_result(response, thread_id, suspensions)
+
+    def _problems(self, name: str, args: dict[str, Any]) -> list[str]:
+        from art.tooling.registry import build_validator, input_errors
+
+        validator = self._validators.get(name)
+        if validator is None:
+            validator = self._validators[name] = build_validator(TOOLS[name][1])
+        return input_errors(validator, args)
+
+    async def _with_progress(
+        self,
+        ctx: ServerRequestContext[Any],
+        thread_id: str,
+        start: Callable[[], Awaitable[AgentFinalResponse]],
+    ) -> AgentFinalResponse:
+        """Run `start()` (a run on `thread_id`), reporting its plan and finished steps as
+        MCP progress; a cancelled call cancels the run and waits for it to end."""
+        import anyio
+
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+        def sink(event: Event) -> None:
+            if event.thread_id == thread_id and event.name in _REPORTED:
+                queue.put_nowait(event)
+
+        unsubscribe = self.instance.events.subscribe(sink)
+        reporter = asyncio.ensure_future(_report_progress(ctx, queue))
+        run = asyncio.ensure_future(start())
+        try:
+            return await asyncio.shield(run)
+        except asyncio.CancelledError:
+            if not self.instance.cancel(thread_id, "cancelled by the MCP client"):
+                run.cancel()
+            with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+                await run  # the run records its end (CANCELLED) before the call is dropped
+            raise
+        finally:
+            unsubscribe()
+            queue.put_nowait(None)
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await reporter
+
+    async def _suspensions(self, thread_id: str | None) -> list[dict[str, Any]]:
+        inst = self.instance
+        if thread_id is not None:
+            threads = [thread_id]
+        else:
+            threads = [t.thread_id for t in await inst.alist_threads(limit=100)]
+        found: list[dict[str, Any]] = []
+        for thread in threads:
+            state = await inst.acheck_for_suspended_state(thread)
+            if state is None:
+                continue
+            found.extend(
+                {
+                    "thread_id": thread,
+                    "suspension_id": s.suspension_id,
+                    "run_id": s.run_id,
+                    "step_id": s.step_id,
+                    "tool": s.tool_name,
+                    "args": to_jsonable_python(s.args, fallback=str),
+                    "prompt": to_jsonable_python(s.prompt, fallback=str),
+                    "query": state.query,
+                }
+                for s in state.suspensions
+            )
+        return found
+
+
+async def _report_progress(
+    ctx: ServerRequestContext[Any], queue: asyncio.Queue[Event | None]
+) -> None:
+    """Send the run's events from `queue` as progress notifications until None comes."""
+    total: int | None = None
+    done = 0
+    while (event := await queue.get()) is not None:
+        data = event.data
+        if event.name in ("plan:created", "plan:updated"):
+            steps = data.get("steps")
+            plan = data.get("plan")
+            if not isinstance(steps, int) and isinstance(plan, dict):
+                steps = len(plan.get("steps", []))
+            total = steps if isinstance(steps, int) else total
+            message = f"planned {total} steps" if event.name == "plan:created" else "replanned"
+        elif event.name == "step:status":
+            if data.get("status") not in _FINISHED_STEP:
+                continue
+            done += 1
+            message = (
+                f"{data.get('step_id')} {data.get('tool') or 'reasoning'}: {data.get('status')}"
+            )
+        else:
+            message = "waiting for a human decision (see list_suspensions)"
+        try:
+            await ctx.session.report_progress(done, total, message)
+        except Exception:  # the client went away: the run goes on
+            log.debug("could not send MCP progress", exc_info=True)
+
+
+def _run_result(
+    response: AgentFinalResponse, thread_id: str, suspensions: list[dict[str, Any]]
+) -> mcp_types.CallToolResult:
+    meta = response.metadata
+    structured: dict[str, Any] = {
+        "status": meta.status,
+        "answer": response.content,
+        "thread_id": meta.thread_id or thread_id,
+        "run_id": meta.run_id,
+        "plan": response.plan.to_wire() if response.plan is not None else None,
+        "steps": [
+            {
+                "id": record.step_id,
+                "tool": record.tool,
+                "status": record.status,
+                "output": to_jsonable_python(record.output, fallback=str),
+                "error": (record.result.error if record.result is not None else None)
+                or record.reason,
+            }
+            for record in response.steps
+        ],
+        "usage": meta.usage.model_dump(mode="json"),
+        "llm_calls": meta.llm_calls,
+        "tool_calls": meta.tool_calls,
+        "duration_ms": meta.total_duration_ms,
+        "error": meta.error.model_dump(mode="json") if meta.error is not None else None,
+        "suspensions": suspensions,
+    }
+    text = response.content
+    if meta.status == "suspended":
+        text += f"\n(thread_id {structured['thread_id']}; decide with decide_suspension)"
+    return _structured(structured, text, is_error=meta.status == "error")
+
+
+def _structured(
+    data: dict[str, Any], text: str | None, *, is_error: bool = False
+) -> mcp_types.CallToolResult:
+    from mcp_types import CallToolResult, TextContent
+
+    body = text if text is not None else json.dumps(data, ensure_ascii=False, default=str)
+    return CallToolResult(
+        content=[TextContent(type="text", text=body)],
+        structured_content=data,
+        is_error=is_error,
+    )
+
+
+def _error_result(message: str) -> mcp_types.CallToolResult:
+    from mcp_types import CallToolResult, TextContent
+
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    lines = [f"Plan: {plan.get('title') or 'untitled'}"]
+    for step in plan.get("steps", []):
+        what = step.get("tool") or "reasoning"
+        args = json.dumps(step.get("args", {}), ensure_ascii=False, default=str)
+        after = step.get("dependsOn") or []
+        lines.append(
+            f"- {step.get('id')} {what} {args}" + (f" (after {', '.join(after)})" if after else "")
+        )
+    return "\n".join(lines)

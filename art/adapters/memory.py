@@ -1,0 +1,334 @@
+"""MemoryStorage: the whole storage contract in one process's memory (tests, notebooks).
+
+Records are stored as JSON text and parsed on every read, exactly as the durable adapters
+do, so a caller never shares a mutable object with the store and a test that passes here
+sees the same values SQLite or PostgreSQL would return. One exception saves a JSON dump
+per step: a step's start (`in_progress`, no result yet), which its end replaces a moment
+later, keeps its values and is written as JSON only if it is read first.
+
+One `threading.Lock` guards the state: it is safe across coroutines, event loops and
+threads of one process. Nothing survives the process; the lease is per process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
+from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.contract import (
+    ACTIVE_RUN_STATES,
+    RunRecord,
+    StorageAdapter,
+    StoredEvent,
+    Suspension,
+    ThreadSummary,
+)
+from art.storage.opening import as_utc, dump_json, load_json
+
+__all__ = ["MemoryStorage"]
+
+
+@dataclass
+class _Thread:
+    run_ids: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    suspension_ids: list[str] = field(default_factory=list)
+    events: list[tuple[int, str, datetime, str]] = field(default_factory=list)
+    updated_at: datetime = field(default_factory=utcnow)
+    touched: int = 0
+
+
+@dataclass
+class _Run:
+    thread_id: str
+    run_json: str
+    status: str  # kept beside the JSON: finding a thread's active run parses only that run
+    steps: dict[str, str | dict[str, Any]] = field(default_factory=dict)  # see save_step
+
+
+class _Suspension(NamedTuple):
+    thread_id: str
+    text: str  # its JSON
+    pending: bool  # kept beside the JSON: listing the pending ones parses only those
+
+
+def _load_step(saved: str | dict[str, Any]) -> StepRecord:
+    if isinstance(saved, dict):  # a step's start, not written yet (see save_step)
+        saved = dump_json(StepRecord.model_construct(**saved))
+    return load_json(StepRecord, saved)
+
+
+class MemoryStorage(StorageAdapter):
+    """In-process storage; `memory://`."""
+
+    url = "memory://"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[str, _Thread] = {}
+        self._runs: dict[str, _Run] = {}
+        self._suspensions: dict[str, _Suspension] = {}
+        self._event_seq = itertools.count(1)
+        self._touch_seq = itertools.count(1)
+        self._leases: set[str] = set()
+
+    def __repr__(self) -> str:
+        return "MemoryStorage()"
+
+    def _thread(self, thread_id: str) -> _Thread:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread()
+        return thread
+
+    def _touch(self, thread: _Thread) -> None:
+        thread.updated_at = utcnow()
+        thread.touched = next(self._touch_seq)
+
+    def _load_run(self, stored: _Run, *, steps: bool = True) -> RunRecord:
+        run = load_json(RunRecord, stored.run_json)
+        if steps:
+            run.steps = {step_id: _load_step(saved) for step_id, saved in stored.steps.items()}
+        return run
+
+    # -- runs ---------------------------------------------------------------------
+    async def create_run(self, run: RunRecord) -> None:
+        steps: dict[str, str | dict[str, Any]] = {
+            step_id: dump_json(record) for step_id, record in run.steps.items()
+        }
+        run_json = dump_json(run, exclude={"steps"})
+        with self._lock:
+            if run.run_id in self._runs:
+                raise ValueError(f"run {run.run_id!r} already exists")
+            self._runs[run.run_id] = _Run(run.thread_id, run_json, run.status, steps)
+            thread = self._thread(run.thread_id)
+            thread.run_ids.append(run.run_id)
+            self._touch(thread)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            return self._load_run(stored) if stored else None
+
+    async def get_active_run(self, thread_id: str) -> RunRecord | None:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            for run_id in reversed(thread.run_ids if thread else []):
+                stored = self._runs[run_id]
+                if stored.status in ACTIVE_RUN_STATES:
+                    return self._load_run(stored)
+            return None
+
+    async def list_runs(self, thread_id: str) -> list[RunRecord]:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            return [self._load_run(self._runs[r]) for r in (thread.run_ids if thread else [])]
+
+    async def update_run(self, run: RunRecord) -> None:
+        run_json = dump_json(run, exclude={"steps"})
+        with self._lock:
+            stored = self._runs.get(run.run_id)
+            if stored is None:
+                raise KeyError(f"no run {run.run_id!r}")
+            stored.run_json, stored.status = run_json, run.status
+            self._touch(self._thread(stored.thread_id))
+
+    async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        run_json = dump_json(run, exclude={"steps"})
+        texts = [dump_json(message) for message in messages]
+        with self._lock:
+            stored = self._runs.get(run.run_id)
+            if stored is None:
+                raise KeyError(f"no run {run.run_id!r}")
+            stored.run_json, stored.status = run_json, run.status
+            thread = self._thread(stored.thread_id)
+            thread.messages.extend(texts)
+            self._touch(thread)
+
+    async def save_step(self, run_id: str, record: StepRecord) -> None:
+        saved: str | dict[str, Any]
+        if record.status == "in_progress" and record.result is None:
+            # A step's start, which its end replaces a moment later: keep the values
+            # (the engine replaces them, never edits them) and write the JSON only if
+            # the record is read before then.
+            saved = vars(record).copy()
+        else:
+            saved = dump_json(record)
+        with self._lock:
+            stored = self._runs.get(run_id)
+            if stored is None:
+                raise KeyError(f"no run {run_id!r}")
+            stored.steps[record.step_id] = saved
+
+    # -- suspensions --------------------------------------------------------------
+    async def add_suspension(self, suspension: Suspension) -> None:
+        text = dump_json(suspension)
+        with self._lock:
+            if suspension.suspension_id in self._suspensions:
+                raise ValueError(f"suspension {suspension.suspension_id!r} already exists")
+            self._suspensions[suspension.suspension_id] = _Suspension(
+                suspension.thread_id, text, suspension.pending
+            )
+            self._thread(suspension.thread_id).suspension_ids.append(suspension.suspension_id)
+
+    async def list_suspensions(
+        self, thread_id: str, *, pending_only: bool = True
+    ) -> list[Suspension]:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            stored = [self._suspensions[s] for s in (thread.suspension_ids if thread else [])]
+        return [load_json(Suspension, s.text) for s in stored if s.pending or not pending_only]
+
+    async def decide_suspension(
+        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+    ) -> Suspension:
+        with self._lock:
+            stored = self._suspensions.get(suspension_id)
+            if stored is None or stored.thread_id != thread_id:
+                raise SuspensionError(
+                    f"no suspension {suspension_id!r} on thread {thread_id!r}",
+                    code=RunErrorCode.SUSPENSION_NOT_FOUND,
+                )
+            suspension = load_json(Suspension, stored.text)
+            if not suspension.pending:
+                raise SuspensionError(
+                    f"suspension {suspension_id!r} was already decided",
+                    code=RunErrorCode.SUSPENSION_ALREADY_DECIDED,
+                    details=suspension.decision,
+                )
+            suspension.decision = dict(decision)
+            suspension.decided_at = utcnow()
+            text = dump_json(suspension)
+            self._suspensions[suspension_id] = _Suspension(thread_id, text, pending=False)
+        return load_json(Suspension, text)
+
+    # -- conversation -------------------------------------------------------------
+    async def append_message(self, message: ConversationMessage) -> None:
+        text = dump_json(message)
+        with self._lock:
+            thread = self._thread(message.thread_id)
+            thread.messages.append(text)
+            self._touch(thread)
+
+    async def get_history(self, thread_id: str, *, limit: int = 20) -> list[ConversationMessage]:
+        if limit <= 0:
+            return []
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            texts = thread.messages[-limit:] if thread else []
+        return [load_json(ConversationMessage, text) for text in texts]
+
+    async def replace_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage]
+    ) -> None:
+        texts = [dump_json(message) for message in messages]
+        with self._lock:
+            thread = self._thread(thread_id)
+            thread.messages = texts
+            self._touch(thread)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        with self._lock:
+            thread = self._threads.pop(thread_id, None)
+            if thread is None:
+                return False
+            for run_id in thread.run_ids:
+                self._runs.pop(run_id, None)
+            for suspension_id in thread.suspension_ids:
+                self._suspensions.pop(suspension_id, None)
+            return True
+
+    # -- events -------------------------------------------------------------------
+    async def append_events(self, events: Sequence[StoredEvent]) -> None:
+        # Serialised before taking the lock; the number is kept beside the text and set
+        # on read, so an event is dumped once and never copied. The time is kept as an
+        # aware UTC datetime (the engine's already are), compared as timestamp_key orders.
+        rows = [(e.thread_id, e.name, as_utc(e.timestamp), dump_json(e)) for e in events]
+        with self._lock:
+            thread_id, stored = None, []  # a batch is usually one run's: one thread
+            for row_thread_id, name, moment, text in rows:
+                if row_thread_id != thread_id:
+                    thread_id, stored = row_thread_id, self._thread(row_thread_id).events
+                stored.append((next(self._event_seq), name, moment, text))
+
+    async def query_events(
+        self,
+        thread_id: str,
+        *,
+        names: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+        after_seq: int | None = None,
+    ) -> list[StoredEvent]:
+        wanted = set(names) if names is not None else None
+        since_key = as_utc(since) if since is not None else None
+        until_key = as_utc(until) if until is not None else None
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            rows = list(thread.events) if thread else []
+        found: list[StoredEvent] = []
+        for seq, name, moment, text in rows:
+            if limit is not None and len(found) >= limit:
+                break
+            if after_seq is not None and seq <= after_seq:
+                continue
+            if wanted is not None and name not in wanted:
+                continue
+            if since_key is not None and moment < since_key:
+                continue
+            if until_key is not None and moment >= until_key:
+                continue
+            event = load_json(StoredEvent, text)
+            event.seq = seq
+            found.append(event)
+        return found
+
+    # -- threads ------------------------------------------------------------------
+    async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
+        with self._lock:
+            threads = sorted(
+                ((tid, t) for tid, t in self._threads.items() if t.touched),
+                key=lambda item: item[1].touched,
+                reverse=True,
+            )[: max(limit, 0)]
+            summaries = []
+            for thread_id, thread in threads:
+                last = (
+                    self._load_run(self._runs[thread.run_ids[-1]], steps=False)
+                    if thread.run_ids
+                    else None
+                )
+                summaries.append(
+                    ThreadSummary(
+                        thread_id=thread_id,
+                        runs=len(thread.run_ids),
+                        last_query=last.query if last else None,
+                        last_status=last.status if last else None,
+                        updated_at=thread.updated_at,
+                    )
+                )
+        return summaries
+
+    # -- one worker per thread ----------------------------------------------------
+    @asynccontextmanager
+    async def lease(self, thread_id: str) -> AsyncIterator[None]:
+        with self._lock:
+            if thread_id in self._leases:
+                raise ThreadBusyError(thread_id)
+            self._leases.add(thread_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._leases.discard(thread_id)
+
+    async def close(self) -> None:
+        """Nothing to release: the data lives as long as this object."""

@@ -1,0 +1,1 @@
+"""The `art` command line (typer + rich) over the public API."""

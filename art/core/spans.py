@@ -1,0 +1,45 @@
+"""Span identity for callbacks, events and tracing (seed 000's `SpanContext`)."""
+
+from __future__ import annotations
+
+import random
+import secrets
+
+from art.core.models import ArtModel, builder
+
+
+def new_trace_id() -> str:
+    """A 128-bit trace id as 32 lowercase hex digits."""
+    return secrets.token_hex(16)
+
+
+def new_span_id() -> str:
+    """A 64-bit span id as 16 lowercase hex digits.
+
+    Span ids need to be unique within a trace, not unguessable: like OpenTelemetry's
+    id generator this uses `random` (reseeded in forked children), not a system call
+    per id. Trace ids stay cryptographically random.
+    """
+    # to_bytes().hex() is the cheapest fixed-width hex formatting (two ids a step).
+    return (random.getrandbits(64) or 1).to_bytes(8, "big").hex()
+
+
+class SpanContext(ArtModel):
+    """Where an event sits in the run → step → tool/LLM tree."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None = None
+
+    @classmethod
+    def root(cls, trace_id: str | None = None) -> SpanContext:
+        return cls(trace_id=trace_id or new_trace_id(), span_id=new_span_id())
+
+    def child(self) -> SpanContext:
+        """A new span whose parent is this one, in the same trace."""
+        return _new_span(
+            {"trace_id": self.trace_id, "span_id": new_span_id(), "parent_span_id": self.span_id}
+        )
+
+
+_new_span = builder(SpanContext)

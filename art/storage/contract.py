@@ -1,0 +1,217 @@
+"""The storage contract: runs, step records, suspensions, history, events and the thread lease.
+
+Adapters live in `art.adapters` (memory, sqlite, postgres) and are chosen by URL
+(`open_storage`). Every method commits before it returns: a step record saved with
+`save_step` survives a SIGKILL the moment after.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from art.core.binary import JsonData, JsonDict
+from art.core.models import ArtModel
+from art.core.usage import TokenUsage
+from art.planning.plans import Plan
+from art.responses import ConversationMessage, RunError, StepRecord, utcnow
+
+RunState = Literal["running", "suspended", "completed", "partial", "failed", "abandoned"]
+ACTIVE_RUN_STATES: frozenset[str] = frozenset({"running", "suspended"})
+
+
+class RunRecord(ArtModel):
+    """One `process` call on a thread, from plan to answer, as stored."""
+
+    run_id: str
+    thread_id: str
+    trace_id: str
+    query: str
+    # The W3C traceparent of the OpenTelemetry span current when the run's first part
+    # started (its `art.engine.run` span under `enable_tracing`): later parts link to it.
+    trace_parent: str | None = None
+    status: RunState = "running"
+    user_id: str | None = None
+    session_id: str | None = None
+    # The id of the answer's message (`resp.response.message_id`), known from the start.
+    message_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    system_context: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    plan: Plan | None = None
+    replans: int = 0
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    # Counters carried across resumptions so the final response stays honest.
+    llm_calls: int = 0
+    tool_calls: int = 0
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    llm_cost: float | None = None
+    # Working time of the calls so far (a suspended run's wait for a person left out).
+    duration_ms: float = 0.0
+    error: RunError | None = None
+    answer: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    version: int = 0
+
+
+class Suspension(ArtModel):
+    """A blocking step waiting for a human decision."""
+
+    suspension_id: str
+    thread_id: str
+    run_id: str
+    step_id: str
+    tool_name: str
+    call_id: str
+    args: JsonDict = Field(default_factory=dict)
+    # What the tool returned with its suspended result: the question for the human.
+    prompt: JsonData = None
+    created_at: datetime = Field(default_factory=utcnow)
+    decision: dict[str, Any] | None = None
+    decided_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.decision is None
+
+
+class StoredEvent(ArtModel):
+    """An event as kept in a thread's event log."""
+
+    seq: int | None = None
+    thread_id: str
+    run_id: str | None = None
+    name: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    trace_id: str | None = None
+    span_id: str | None = None
+    parent_span_id: str | None = None
+    timestamp: datetime = Field(default_factory=utcnow)
+
+
+class ThreadSummary(ArtModel):
+    thread_id: str
+    runs: int
+    last_query: str | None = None
+    last_status: RunState | None = None
+    updated_at: datetime | None = None
+
+
+class StorageAdapter(ABC):
+    """Durable thread state. Implementations must make every write atomic and committed."""
+
+    url: str = ""
+
+    async def open(self) -> None:  # noqa: B027 - optional for adapters with nothing to open
+        """Connect and migrate. Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027
+        """Release connections and leases. Idempotent."""
+
+    # -- runs ---------------------------------------------------------------------
+    @abstractmethod
+    async def create_run(self, run: RunRecord) -> None:
+        """Store a new run. Its `run_id` is unique."""
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    async def get_active_run(self, thread_id: str) -> RunRecord | None:
+        """The thread's newest run whose status is `running` or `suspended`, if any."""
+
+    @abstractmethod
+    async def list_runs(self, thread_id: str) -> list[RunRecord]:
+        """The thread's runs, oldest first."""
+
+    @abstractmethod
+    async def update_run(self, run: RunRecord) -> None:
+        """Store the run's plan, status, counters, answer and error (not its steps)."""
+
+    @abstractmethod
+    async def save_step(self, run_id: str, record: StepRecord) -> None:
+        """Insert or replace one step record, committed before returning."""
+
+    async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        """Store the run's final state and append `messages` (the exchange) to the history
+        of its thread, as one write: after a crash both are stored or neither, so a
+        finished run never lacks its exchange and a resumed one never adds it twice.
+
+        This default writes one after the other, which is not atomic; the built-in
+        adapters override it with one transaction, and so should any durable adapter.
+        """
+        await self.update_run(run)
+        for message in messages:
+            await self.append_message(message)
+
+    # -- suspensions --------------------------------------------------------------
+    @abstractmethod
+    async def add_suspension(self, suspension: Suspension) -> None: ...
+
+    @abstractmethod
+    async def list_suspensions(
+        self, thread_id: str, *, pending_only: bool = True
+    ) -> list[Suspension]: ...
+
+    @abstractmethod
+    async def decide_suspension(
+        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+    ) -> Suspension:
+        """Record the decision atomically. Raises SuspensionError (code
+        SUSPENSION_NOT_FOUND or SUSPENSION_ALREADY_DECIDED); of two concurrent
+        calls exactly one succeeds."""
+
+    # -- conversation -------------------------------------------------------------
+    @abstractmethod
+    async def append_message(self, message: ConversationMessage) -> None: ...
+
+    @abstractmethod
+    async def get_history(self, thread_id: str, *, limit: int = 20) -> list[ConversationMessage]:
+        """The thread's last `limit` messages, oldest first."""
+
+    async def replace_history(
+        self, thread_id: str, messages: Sequence[ConversationMessage]
+    ) -> None:
+        """Make `messages` the thread's whole history (none: an empty one), in one write.
+        The thread's runs, suspensions and events stay."""
+        raise NotImplementedError(f"{type(self).__name__} cannot replace a thread's history")
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete everything stored for the thread (runs, step records, suspensions,
+        history, events), in one write; False when nothing was stored for it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete a thread")
+
+    # -- events -------------------------------------------------------------------
+    @abstractmethod
+    async def append_events(self, events: Sequence[StoredEvent]) -> None: ...
+
+    @abstractmethod
+    async def query_events(
+        self,
+        thread_id: str,
+        *,
+        names: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+        after_seq: int | None = None,
+    ) -> list[StoredEvent]:
+        """The thread's events in emission order, filtered by name and time; with
+        `after_seq`, only those whose `seq` is greater (what a reader has not seen yet)."""
+
+    # -- threads ------------------------------------------------------------------
+    @abstractmethod
+    async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
+        """Threads, most recently updated first."""
+
+    # -- one worker per thread ----------------------------------------------------
+    @abstractmethod
+    def lease(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the thread for the `async with` block; raise ThreadBusyError if another
+        holder (this process or another) has it. Released when the holder dies."""

@@ -1,0 +1,1 @@
+"""Tools: the IToolExecutor contract, @art.tool, the registry, and the one path every call takes."""
