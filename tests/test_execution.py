@@ -639,6 +639,32 @@ async def test_only_error_results_marked_retryable_are_retried():
     assert calls == {"retryable": 3, "final": 1}
 
 
+async def test_an_error_result_naming_an_exception_type_is_not_retried_unless_marked_retryable():
+    # What the tool says in its metadata is data for the user; whether the engine
+    # retries is decided where the failure is made (a raised exception), not read back.
+    calls = {"reported": 0, "raised": 0}
+
+    def reports_or_raises(input, context):
+        calls[input["kind"]] += 1
+        if input["kind"] == "raised":
+            raise ValueError("broken")
+        return art.ToolResult(
+            call_id=context.call_id,
+            tool_name="err",
+            status="error",
+            error="caught a ValueError",
+            metadata={"exception_type": "ValueError", "error_code": "UNKNOWN"},
+        )
+
+    plan = plan_of(step("s1", "err", kind="reported"), step("s2", "err", kind="raised"))
+    outcome = await run_guarded(
+        executor(plan, [FnTool("err", reports_or_raises)], config={"step_max_retries": 2})
+    )
+    assert calls == {"reported": 1, "raised": 3}
+    assert outcome.records["s1"].result.metadata["exception_type"] == "ValueError"
+    assert outcome.records["s2"].result.metadata["exception_type"] == "ValueError"
+
+
 async def test_backoff_grows_exponentially():
     sleeps = []
     real_sleep = asyncio.sleep

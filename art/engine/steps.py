@@ -32,7 +32,7 @@ from art.planning.references import resolve_references
 from art.responses import RunError, StepStatus, utcnow
 from art.storage.contract import Suspension
 from art.tooling.contract import CancellationToken, ExecutionContext, ToolResult, ToolSchema
-from art.tooling.invocation import CallTimeouts, NotStopped, invoke_tool
+from art.tooling.invocation import CallOutcome, CallTimeouts, NotStopped, call_tool
 from art.tooling.threads import ThreadCalls, ToolThreads
 
 if TYPE_CHECKING:
@@ -45,17 +45,6 @@ __all__ = ["CallResources", "StepRunner", "ToolCaller", "reasoning_messages"]
 
 log = get_logger(__name__)
 
-#: Error codes a retry cannot fix, even when an exception caused them.
-_NOT_RETRIED = frozenset(
-    {
-        ToolErrorCode.VALIDATION_ERROR.value,
-        ToolErrorCode.CONTRACT_VIOLATION.value,
-        ToolErrorCode.CANCELLED.value,
-        ToolErrorCode.NOT_STOPPED.value,
-        ToolErrorCode.CONFIG_ERROR.value,
-        ToolErrorCode.PERMISSION_DENIED.value,
-    }
-)
 LLM_ASSIST_REQUIRED = ToolErrorCode.LLM_ASSIST_REQUIRED.value
 # Where a tool says it needs the model's help (seed 000's `metadata.error`, or art's own
 # `metadata.error_code`), and what an error result adds: gone once the model helped.
@@ -192,8 +181,8 @@ class ToolCaller:
         attempt: int,
         step_span: SpanContext,
         decision: dict[str, Any] | None = None,
-    ) -> tuple[ToolResult, str | None]:
-        """One tool execution; returns its result and, when a hook vetoed it, the reason.
+    ) -> tuple[CallOutcome, str | None]:
+        """One tool execution; returns its outcome and, when a hook vetoed it, the reason.
 
         Every execution has exactly one `tool:update` `start` and one `end`, and one
         `tool:after`, whichever way it ends: a result, a veto, or the run cancelling it
@@ -238,7 +227,7 @@ class ToolCaller:
                 )
                 await call.start(args)
                 await call.end(result, args)
-                return result, reason
+                return CallOutcome(result), reason
             edited = data.get("args", args) if isinstance(data, dict) else args
             if edited is not args:
                 args = edited
@@ -272,7 +261,7 @@ class ToolCaller:
             ):
                 # Looked at once this worker yields: an instant tool has returned by then.
                 self._idle_check = self._loop.call_soon(self._check_idle)
-            result = await invoke_tool(
+            outcome = await call_tool(
                 tool,
                 args,
                 context,
@@ -294,8 +283,8 @@ class ToolCaller:
             self._in_tools -= 1
             self._tokens.pop(step_id, None)
             token.detach()
-        await call.finish(relay, result, args)
-        return result, None
+        await call.finish(relay, outcome.result, args)
+        return outcome, None
 
     async def wait_turn(self, entry: ToolEntry) -> None:
         """Let the threads start the `def` calls handed out so far (art.tooling.threads)."""
@@ -660,14 +649,15 @@ class StepRunner:
                 return
             record.attempts, record.args = attempt, args
             await self._start(record, span)
-            result, vetoed = await self.tools.call(
+            outcome, vetoed = await self.tools.call(
                 step, record, entry, args, attempt, span, decision
             )
+            result = outcome.result
             if vetoed is not None:
                 record.result = result
                 await self._finish(record, "failed", span, vetoed)
                 return
-            if not (_worth_retrying(result) and attempt < max_attempts and self.state.stop is None):
+            if not (outcome.retry and attempt < max_attempts and self.state.stop is None):
                 break
             delay = self._backoff_s * (2 ** (attempt - 1))
             log.info("step retried", step_id=step.id, attempt=attempt, delay_s=delay)
@@ -923,18 +913,6 @@ def _status_data(record: StepState) -> dict[str, Any]:
     if status == "completed" and (result := record.result) is not None:
         data["output"] = result.output  # seed 003's "stepOutput": no state query needed
     return data
-
-
-def _worth_retrying(result: ToolResult) -> bool:
-    if result.status != "error" or result.metadata.get("vetoed"):
-        return False
-    if result.retryable:
-        return True
-    # An exception the tool raised is retried unless a retry cannot change the answer.
-    return (
-        "exception_type" in result.metadata
-        and result.metadata.get("error_code") not in _NOT_RETRIED
-    )
 
 
 def _skip_reason(dep: str, record: StepState | None) -> str:

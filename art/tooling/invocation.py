@@ -17,6 +17,9 @@ Contract decisions (docs/tools.md explains them to tool authors):
   `metadata["retryable"]` gets False.
 - Whatever a tool returned that carried data ends up in the result's `output`, even
   when the result is a contract error, so nothing is silently dropped.
+
+The engine calls `call_tool`, which also says whether another try may change the answer
+(`CallOutcome.retry`): decided where the failure is made, not read back from metadata.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pydantic
 
@@ -54,7 +57,14 @@ from art.tooling.threads import StuckCall, ThreadCalls
 if TYPE_CHECKING:
     from art.tooling.registry import ToolRegistry
 
-__all__ = ["DEFAULT_STOP_GRACE_S", "CallTimeouts", "NotStopped", "invoke_tool"]
+__all__ = [
+    "DEFAULT_STOP_GRACE_S",
+    "CallOutcome",
+    "CallTimeouts",
+    "NotStopped",
+    "call_tool",
+    "invoke_tool",
+]
 
 log = get_logger(__name__)
 _stdlib_log = logging.getLogger(__name__)
@@ -70,6 +80,27 @@ _METADATA_DATA_KEYS = ("output", "data", "result", "results", "value")
 _KEPT_TEXT_LENGTH = 60_000
 #: Seconds a timed-out or cancelled call may take to stop (ExecutionConfig.tool_stop_grace_s).
 DEFAULT_STOP_GRACE_S = 5.0
+#: Error codes a retry cannot fix, even when the tool raised the exception behind them.
+_NOT_RETRIED = frozenset(
+    {
+        ToolErrorCode.VALIDATION_ERROR,
+        ToolErrorCode.CONTRACT_VIOLATION,
+        ToolErrorCode.CANCELLED,
+        ToolErrorCode.NOT_STOPPED,
+        ToolErrorCode.CONFIG_ERROR,
+        ToolErrorCode.PERMISSION_DENIED,
+    }
+)
+
+
+class CallOutcome(NamedTuple):
+    """One tool call's result, and whether calling again may change it (`retry`): the
+    tool returned an error it marked retryable, the call timed out, or the tool raised
+    an exception a retry can help with (not one behind VALIDATION_ERROR,
+    CONTRACT_VIOLATION, CANCELLED, CONFIG_ERROR or PERMISSION_DENIED)."""
+
+    result: ToolResult
+    retry: bool = False
 
 
 class CallTimeouts:
@@ -168,6 +199,33 @@ async def invoke_tool(
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> ToolResult:
     """Run one tool call and return its ToolResult; never raises (except cancellation).
+    What `call_tool` does, without saying whether a retry may help."""
+    outcome = await call_tool(
+        tool,
+        args,
+        context,
+        timeout_s=timeout_s,
+        registry=registry,
+        thread_pool=thread_pool,
+        timeouts=timeouts,
+        stop_grace_s=stop_grace_s,
+    )
+    return outcome.result
+
+
+async def call_tool(
+    tool: IToolExecutor,
+    args: Mapping[str, Any],
+    context: ExecutionContext,
+    *,
+    timeout_s: float | None = None,
+    registry: ToolRegistry | None = None,
+    thread_pool: Executor | None = None,
+    timeouts: CallTimeouts | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+) -> CallOutcome:
+    """Run one tool call; its result and whether a retry may change it. Never raises
+    (except cancellation).
 
     A plain `def` tool runs on `thread_pool` (default: the loop's default executor,
     whose few threads would cap how many blocking tools run at once).
@@ -191,7 +249,7 @@ async def invoke_tool(
     try:
         checked = _check_call(tool, name, args, context, registry)
         if not isinstance(checked, tuple):
-            result = checked
+            outcome = CallOutcome(checked)
         else:
             schema, is_async = checked
             task = asyncio.current_task()
@@ -210,30 +268,33 @@ async def invoke_tool(
                 cancelled = _cancelled_call(exc, deadline, timeouts, task, name, context)
                 if cancelled is None:
                     raise
-                result = cancelled
+                outcome = cancelled
             except (Exception, SystemExit, KeyboardInterrupt) as exc:
                 # A tool's own SystemExit/KeyboardInterrupt fails its step: raised on,
                 # it would stop the event loop's thread mid-run.
                 if deadline is not None:
                     deadline.finish()
-                result = _from_exception(tool, name, context, exc)
+                outcome = _from_exception(tool, name, context, exc)
             else:
                 if deadline is not None:
                     deadline.finish()  # a tool that swallowed the timeout's cancellation
                 result = _accept(raw, schema, name, context)
+                # The tool's own word (`ToolResult.retryable`) on an error it returned.
+                outcome = CallOutcome(result, result.status == "error" and result.retryable)
     except asyncio.CancelledError:
         context.cancellation.cancel("cancelled")
         log.debug("tool call cancelled", tool=name, call_id=context.call_id)
         raise
     except Exception as exc:  # a bug on this path must still come back as a result
         log.debug("tool invocation failed", tool=name, call_id=context.call_id, exc_info=True)
-        result = _failure(
+        failure = _failure(
             name,
             context,
             ToolErrorCode.UNKNOWN,
             f"internal error while invoking the tool: {type(exc).__name__}: {exc}",
             exception_type=type(exc).__name__,
         )
+        outcome = CallOutcome(failure, retry=True)  # as an exception the tool raised
     if _stdlib_log.isEnabledFor(logging.DEBUG):  # skip building the record per call
         log.debug(
             "tool call",
@@ -241,11 +302,11 @@ async def invoke_tool(
             call_id=context.call_id,
             step_id=context.step_id,
             attempt=context.attempt,
-            status=result.status,
-            error_code=result.error_code,
+            status=outcome.result.status,
+            error_code=outcome.result.error_code,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
-    return result
+    return outcome
 
 
 def _check_call(
@@ -298,14 +359,14 @@ def _cancelled_call(
     task: asyncio.Task[Any] | None,
     name: str,
     context: ExecutionContext,
-) -> ToolResult | None:
-    """The result of a call that ended in CancelledError, or None when the caller itself
-    was cancelled (the cancellation goes on)."""
+) -> CallOutcome | None:
+    """The outcome of a call that ended in CancelledError, or None when the caller itself
+    was cancelled (the cancellation goes on). Only a timeout that stopped is retried."""
     if deadline is not None and deadline.finish():
         timeout = timeouts.timeout_s if timeouts is not None else 0.0
         context.cancellation.cancel(f"timed out after {timeout:g} s")
         if isinstance(exc, NotStopped):
-            return _failure(
+            stuck = _failure(
                 name,
                 context,
                 ToolErrorCode.NOT_STOPPED,
@@ -313,7 +374,8 @@ def _cancelled_call(
                 timeout_s=timeout,
                 base_metadata={"stuck_calls": exc.stuck} if exc.stuck is not None else None,
             )
-        return _failure(
+            return CallOutcome(stuck)
+        timed_out = _failure(
             name,
             context,
             ToolErrorCode.TIMEOUT,
@@ -321,16 +383,18 @@ def _cancelled_call(
             retryable=True,
             timeout_s=timeout,
         )
+        return CallOutcome(timed_out, retry=True)
     if task is not None and task.cancelling():
         return None
     # The tool let a CancelledError of its own escape; our caller was not cancelled.
-    return _failure(
+    own = _failure(
         name,
         context,
         ToolErrorCode.CANCELLED,
         f"tool {name!r} was cancelled: {exc}" if str(exc) else f"tool {name!r} was cancelled",
         exception_type=type(exc).__name__,
     )
+    return CallOutcome(own)
 
 
 def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> list[str] | None:
@@ -722,12 +786,13 @@ def _checked(
 
 def _from_exception(
     tool: IToolExecutor, name: str, context: ExecutionContext, exc: BaseException
-) -> ToolResult:
+) -> CallOutcome:
+    """An exception the tool raised: retried unless its code says a retry cannot help."""
     if isinstance(exc, pydantic.ValidationError) and exc.title == ToolResult.__name__:
-        return _bad_construction(name, context, exc)
+        return CallOutcome(_bad_construction(name, context, exc))
     code = _code_for(exc)
     message = str(exc)
-    return _failure(
+    result = _failure(
         name,
         context,
         code,
@@ -735,6 +800,7 @@ def _from_exception(
         retryable=code == ToolErrorCode.TIMEOUT or isinstance(exc, ConnectionError),
         exception_type=type(exc).__name__,
     )
+    return CallOutcome(result, retry=code not in _NOT_RETRIED)
 
 
 def _code_for(exc: BaseException) -> ToolErrorCode:
