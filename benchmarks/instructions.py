@@ -82,8 +82,8 @@ def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
             )
             await storage.create_run(record)
 
-            def persist(step_record: Any) -> Any:
-                return storage.save_step(run.run_id, step_record)
+            def persist(snapshot: Any) -> Any:  # as the instance saves (Run.persist_step)
+                return storage.save_step_snapshot(run.run_id, snapshot)
 
         deps = ExecutionDeps(run=run, registry=registry, persist=persist)
         outcome = await PlanExecution(deps, plan).run()
@@ -91,7 +91,7 @@ def probe(stage: str, shape_name: str, steps: int, runs: int) -> int:
             raise RuntimeError(f"the benchmark run ended {outcome.status}")
         if level >= 3:
             batch = run.events.drain()  # type: ignore[attr-defined]
-            await storage.append_events(
+            await storage.append_event_snapshots(
                 stored_events(batch, run.thread_id, run.run_id, run.trace_id, lambda d: d)
             )
         return len(outcome.records)

@@ -2,9 +2,11 @@
 
 Records are stored as JSON text and parsed on every read, exactly as the durable adapters
 do, so a caller never shares a mutable object with the store and a test that passes here
-sees the same values SQLite or PostgreSQL would return. One exception saves a JSON dump
-per step: a step's start (`in_progress`, no result yet), which its end replaces a moment
-later, keeps its values and is written as JSON only if it is read first.
+sees the same values SQLite or PostgreSQL would return. What the engine saves on every
+step (`save_step_snapshot`, `append_event_snapshots`) is kept as plain values instead,
+with copies of their containers and the secrets in force at the save, and written as
+JSON (those secrets masked) when it is first read: most step records are replaced, and
+most event logs never read, in the same process.
 
 One `threading.Lock` guards the state: it is safe across coroutines, event loops and
 threads of one process. Nothing survives the process; the lease is per process.
@@ -20,11 +22,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+
+from art.core.redaction import Secrets, current_secrets
+from art.core.serialization import own_copy
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.responses import ConversationMessage, StepRecord, utcnow
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
+    EventSnapshot,
     RunRecord,
+    StepSnapshot,
     StorageAdapter,
     StoredEvent,
     Suspension,
@@ -35,12 +43,23 @@ from art.storage.opening import as_utc, dump_json, load_json
 __all__ = ["MemoryStorage"]
 
 
+class _Unwritten(NamedTuple):
+    """A record saved as values (no one else holds its containers) and the secrets in
+    force when it was saved; its JSON text is written when it is read."""
+
+    values: dict[str, Any]
+    secrets: Secrets
+
+    def text(self, model: type[BaseModel]) -> str:
+        return dump_json(model.model_validate(self.values), secrets=self.secrets)
+
+
 @dataclass
 class _Thread:
     run_ids: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     suspension_ids: list[str] = field(default_factory=list)
-    events: list[tuple[int, str, datetime, str]] = field(default_factory=list)
+    events: list[tuple[int, str, datetime, str | _Unwritten]] = field(default_factory=list)
     updated_at: datetime = field(default_factory=utcnow)
     touched: int = 0
 
@@ -50,7 +69,7 @@ class _Run:
     thread_id: str
     run_json: str
     status: str  # kept beside the JSON: finding a thread's active run parses only that run
-    steps: dict[str, str | dict[str, Any]] = field(default_factory=dict)  # see save_step
+    steps: dict[str, str | _Unwritten] = field(default_factory=dict)
 
 
 class _Suspension(NamedTuple):
@@ -59,10 +78,45 @@ class _Suspension(NamedTuple):
     pending: bool  # kept beside the JSON: listing the pending ones parses only those
 
 
-def _load_step(saved: str | dict[str, Any]) -> StepRecord:
-    if isinstance(saved, dict):  # a step's start, not written yet (see save_step)
-        saved = dump_json(StepRecord.model_construct(**saved))
-    return load_json(StepRecord, saved)
+def _step_values(snapshot: StepSnapshot) -> dict[str, Any]:
+    """The fields of the snapshot's record, with copies of its containers."""
+    values: dict[str, Any] = {
+        "step_id": snapshot.step_id,
+        "tool": snapshot.tool,
+        "status": snapshot.status,
+        "attempts": snapshot.attempts,
+        "started_at": snapshot.started_at,
+        "ended_at": snapshot.ended_at,
+        "arrived_at": snapshot.arrived_at,
+        "args": own_copy(snapshot.args),
+        "reason": snapshot.reason,
+        "decision": own_copy(snapshot.decision),
+    }
+    result = snapshot.result
+    if result is not None:
+        values["result"] = {
+            "call_id": result.call_id,
+            "tool_name": result.tool_name,
+            "status": result.status,
+            "output": own_copy(result.output),
+            "error": result.error,
+            "metadata": own_copy(result.metadata),
+        }
+    return values
+
+
+def _event_values(snapshot: EventSnapshot) -> dict[str, Any]:
+    """The fields of the snapshot's event, with a copy of its data."""
+    return {
+        "thread_id": snapshot.thread_id,
+        "run_id": snapshot.run_id,
+        "name": snapshot.name,
+        "data": own_copy(snapshot.data),
+        "trace_id": snapshot.trace_id,
+        "span_id": snapshot.span_id,
+        "parent_span_id": snapshot.parent_span_id,
+        "timestamp": snapshot.timestamp,
+    }
 
 
 class MemoryStorage(StorageAdapter):
@@ -78,6 +132,10 @@ class MemoryStorage(StorageAdapter):
         self._event_seq = itertools.count(1)
         self._touch_seq = itertools.count(1)
         self._leases: set[str] = set()
+        # Values are kept unwritten only when the methods they stand for are these.
+        cls = type(self)
+        self._own_save_step = cls.save_step is MemoryStorage.save_step
+        self._own_append_events = cls.append_events is MemoryStorage.append_events
 
     def __repr__(self) -> str:
         return "MemoryStorage()"
@@ -93,14 +151,19 @@ class MemoryStorage(StorageAdapter):
         thread.touched = next(self._touch_seq)
 
     def _load_run(self, stored: _Run, *, steps: bool = True) -> RunRecord:
+        """The stored run (under the lock); its unwritten step records are written now."""
         run = load_json(RunRecord, stored.run_json)
         if steps:
-            run.steps = {step_id: _load_step(saved) for step_id, saved in stored.steps.items()}
+            texts: dict[str, str] = {}
+            for step_id, kept in stored.steps.items():
+                texts[step_id] = kept.text(StepRecord) if isinstance(kept, _Unwritten) else kept
+            stored.steps.update(texts)  # written once
+            run.steps = {step_id: load_json(StepRecord, text) for step_id, text in texts.items()}
         return run
 
     # -- runs ---------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> None:
-        steps: dict[str, str | dict[str, Any]] = {
+        steps: dict[str, str | _Unwritten] = {
             step_id: dump_json(record) for step_id, record in run.steps.items()
         }
         run_json = dump_json(run, exclude={"steps"})
@@ -153,19 +216,21 @@ class MemoryStorage(StorageAdapter):
             self._touch(thread)
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:
-        saved: str | dict[str, Any]
-        if record.status == "in_progress" and record.result is None:
-            # A step's start, which its end replaces a moment later: keep the values
-            # (the engine replaces them, never edits them) and write the JSON only if
-            # the record is read before then.
-            saved = vars(record).copy()
-        else:
-            saved = dump_json(record)
+        self._keep_step(run_id, record.step_id, dump_json(record))
+
+    async def save_step_snapshot(self, run_id: str, snapshot: StepSnapshot) -> None:
+        if self._own_save_step:
+            kept = _Unwritten(_step_values(snapshot), current_secrets())
+            self._keep_step(run_id, snapshot.step_id, kept)
+        else:  # a subclass's save_step sees every record
+            await self.save_step(run_id, snapshot.record())
+
+    def _keep_step(self, run_id: str, step_id: str, saved: str | _Unwritten) -> None:
         with self._lock:
             stored = self._runs.get(run_id)
             if stored is None:
                 raise KeyError(f"no run {run_id!r}")
-            stored.steps[record.step_id] = saved
+            stored.steps[step_id] = saved
 
     # -- suspensions --------------------------------------------------------------
     async def add_suspension(self, suspension: Suspension) -> None:
@@ -250,7 +315,23 @@ class MemoryStorage(StorageAdapter):
         # Serialised before taking the lock; the number is kept beside the text and set
         # on read, so an event is dumped once and never copied. The time is kept as an
         # aware UTC datetime (the engine's already are), compared as timestamp_key orders.
-        rows = [(e.thread_id, e.name, as_utc(e.timestamp), dump_json(e)) for e in events]
+        self._keep_events(
+            [(e.thread_id, e.name, as_utc(e.timestamp), dump_json(e)) for e in events]
+        )
+
+    async def append_event_snapshots(self, snapshots: Sequence[EventSnapshot]) -> None:
+        if not self._own_append_events:  # a subclass's append_events sees every event
+            await self.append_events([snapshot.stored() for snapshot in snapshots])
+            return
+        secrets = current_secrets()
+        self._keep_events(
+            [
+                (s.thread_id, s.name, as_utc(s.timestamp), _Unwritten(_event_values(s), secrets))
+                for s in snapshots
+            ]
+        )
+
+    def _keep_events(self, rows: list[tuple[str, str, datetime, str | _Unwritten]]) -> None:
         with self._lock:
             thread_id, stored = None, []  # a batch is usually one run's: one thread
             for row_thread_id, name, moment, text in rows:
@@ -275,7 +356,7 @@ class MemoryStorage(StorageAdapter):
             thread = self._threads.get(thread_id)
             rows = list(thread.events) if thread else []
         found: list[StoredEvent] = []
-        for seq, name, moment, text in rows:
+        for seq, name, moment, saved in rows:
             if limit is not None and len(found) >= limit:
                 break
             if after_seq is not None and seq <= after_seq:
@@ -286,6 +367,7 @@ class MemoryStorage(StorageAdapter):
                 continue
             if until_key is not None and moment >= until_key:
                 continue
+            text = saved.text(StoredEvent) if isinstance(saved, _Unwritten) else saved
             event = load_json(StoredEvent, text)
             event.seq = seq
             found.append(event)

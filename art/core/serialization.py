@@ -10,6 +10,7 @@ what could not be converted.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import json
@@ -21,13 +22,14 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from art.core.binary import describe_bytes, has_bytes
+from art.core.binary import JSON_SCALARS, describe_bytes, has_bytes
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "context_text",
     "escape_unencodable",
     "escape_unencodable_data",
+    "own_copy",
     "safe_stringify",
     "to_jsonable",
     "truncate",
@@ -247,3 +249,30 @@ def _safe_repr(value: Any) -> str:
         return truncate(repr(value), _MAX_REPR)
     except Exception:
         return f"<{type(value).__name__} object>"
+
+
+def own_copy(value: Any) -> Any:
+    """A deep copy of `value` that shares nothing mutable with it: dicts and lists copied
+    directly (the usual JSON data), JSON scalars shared, any other object by
+    `copy.deepcopy`; an object that cannot be copied is returned as it is."""
+    if type(value) in JSON_SCALARS:
+        return value
+    try:
+        return _json_copy(value)
+    except RecursionError:  # a container holding itself: deepcopy keeps the cycle
+        pass
+    except Exception:  # an uncopyable object
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+def _json_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in JSON_SCALARS else _json_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in JSON_SCALARS else _json_copy(v) for v in value]
+    return copy.deepcopy(value)

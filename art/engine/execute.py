@@ -257,7 +257,7 @@ class PlanExecution:
         failures = [r for r in state.records.values() if r.status == "failed"]
         assert deps.planner is not None  # the replan policy needs one
         try:
-            records = {step_id: record.final() for step_id, record in state.records.items()}
+            records = {step_id: record.record() for step_id, record in state.records.items()}
             new_plan = await deps.planner.replan(
                 deps.run, deps.query, deps.history, state.plan, records
             )
@@ -290,7 +290,7 @@ class PlanExecution:
             earlier = state.records.get(step.id)
             if earlier is not None and earlier.status != "pending" and deps.persist is not None:
                 # Storage must not see the old attempt as finished.
-                await deps.persist(fresh.record())
+                await deps.persist(fresh.snapshot())
             kept[step.id] = fresh
         dropped = [sid for sid in state.records if sid not in kept and sid not in new_ids]
         state.records = kept
@@ -312,10 +312,10 @@ class PlanExecution:
         """The outcome, and how many of its records end in each status."""
         state = self.state
         records = state.records
-        ordered = {sid: records[sid].final() for sid in self._steps if sid in records}
+        ordered = {sid: records[sid].record() for sid in self._steps if sid in records}
         for sid, record in records.items():
             if sid not in ordered:  # completed steps of an earlier plan
-                ordered[sid] = record.final()
+                ordered[sid] = record.record()
         counts: Counter[str] = Counter(record.status for record in ordered.values())
         status: OutcomeStatus
         if state.stop is Stop.CANCELLED:

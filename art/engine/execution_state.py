@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from art.core.models import builder
 from art.responses import RunError, StepRecord, StepStatus
+from art.storage.contract import StepSnapshot
 from art.tooling.contract import ToolResult
 
 if TYPE_CHECKING:
@@ -41,11 +41,7 @@ __all__ = [
 #: Step statuses after which a step never runs again in this run.
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
 
-#: Statuses after which the step path changes a record no more in this pass.
-SETTLED: frozenset[str] = FINISHED | {"waiting"}
-
-PersistStep = Callable[[StepRecord], Awaitable[None]]
-_new_record = builder(StepRecord)
+PersistStep = Callable[[StepSnapshot], Awaitable[None]]
 SaveSuspension = Callable[["Suspension"], Awaitable[None]]
 PlanUpdated = Callable[["Plan", int], Awaitable[None]]
 
@@ -84,9 +80,9 @@ class Replanner(Protocol):
 class StepState:
     """A step's record while its plan runs; `StepRecord` is its public and stored form.
 
-    The step path edits its fields; every save takes a `StepRecord` made by `record()`.
-    `saved` is the last one saved: the step path saves after a step's last change, so
-    a settled step's saved record is its final one (`final()`).
+    The step path edits its fields; every save hands storage a `StepSnapshot` of them
+    (`snapshot()`), from which the adapter makes the `StepRecord` when it writes or is
+    read. The public record is made once, for the outcome (`record()`).
     """
 
     step_id: str
@@ -100,7 +96,6 @@ class StepState:
     args: dict[str, Any] | None = None
     reason: str | None = None
     decision: dict[str, Any] | None = None
-    saved: StepRecord | None = None
 
     @classmethod
     def of(cls, record: StepRecord) -> StepState:
@@ -119,38 +114,25 @@ class StepState:
             record.decision,
         )
 
-    def record(self) -> StepRecord:
-        """The public record of the state as it is now, to save (kept as `saved`)."""
-        fields: dict[str, Any] = {
-            "step_id": self.step_id,
-            "tool": self.tool,
-            "status": self.status,
-            "attempts": self.attempts,
-        }
-        # Only the fields that are set: each one given costs a validation.
-        if self.result is not None:
-            fields["result"] = self.result
-        if self.started_at is not None:
-            fields["started_at"] = self.started_at
-        if self.ended_at is not None:
-            fields["ended_at"] = self.ended_at
-        if self.arrived_at is not None:
-            fields["arrived_at"] = self.arrived_at
-        if self.args is not None:
-            fields["args"] = self.args
-        if self.reason is not None:
-            fields["reason"] = self.reason
-        if self.decision is not None:
-            fields["decision"] = self.decision
-        self.saved = record = _new_record(fields)
-        return record
+    def snapshot(self) -> StepSnapshot:
+        """The state as it is now, in plain values: what a save hands to storage."""
+        return StepSnapshot(
+            self.step_id,
+            self.tool,
+            self.status,
+            self.result,
+            self.attempts,
+            self.started_at,
+            self.ended_at,
+            self.arrived_at,
+            self.args,
+            self.reason,
+            self.decision,
+        )
 
-    def final(self) -> StepRecord:
-        """The public record of a step at the end of its plan: a settled step's saved one."""
-        saved = self.saved
-        if saved is not None and self.status in SETTLED and saved.status == self.status:
-            return saved
-        return self.record()
+    def record(self) -> StepRecord:
+        """The public record of the state as it is now (the outcome's, a replan's)."""
+        return self.snapshot().record()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +140,8 @@ class ExecutionDeps:
     """The collaborators of one execute phase.
 
     `llm` and `model` serve reasoning steps and tools that ask for the model's help;
-    `planner` replans under the `replan` policy. `persist` is awaited with a step's
-    record when it starts and when it ends; `suspend` with each new Suspension;
+    `planner` replans under the `replan` policy. `persist` is awaited with a snapshot of
+    a step's record when it starts and when it ends; `suspend` with each new Suspension;
     `plan_updated` after a replan; `plan_created` when a streamed plan is complete.
     `thread_pool` runs the plain `def` tools (default: a
     pool of `max_concurrency` threads made for this phase). `idle` is called when every

@@ -35,9 +35,8 @@ from art.responses import (
     ConversationMessage,
     ExecutionMetadata,
     RunError,
-    StepRecord,
 )
-from art.storage.contract import RunRecord, StorageAdapter, Suspension
+from art.storage.contract import RunRecord, StepSnapshot, StorageAdapter, Suspension
 from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
@@ -227,11 +226,11 @@ class Run:
                 name, data, thread_id=run.thread_id, run_id=run.run_id, span=run.span
             )
 
-    def persist_step(self, step_record: StepRecord) -> Awaitable[None]:
+    def persist_step(self, snapshot: StepSnapshot) -> Awaitable[None]:
         """Save a step record; once a batch of events has gathered, write the log beside it."""
         if self.log.batch_full:
             self.log.write_soon()
-        return self.deps.storage.save_step(self.context.run_id, step_record)
+        return self.deps.storage.save_step_snapshot(self.context.run_id, snapshot)
 
     async def plan_created(self, plan: Plan) -> None:
         """Store the planner's plan with the run and emit `plan:created`."""

@@ -836,7 +836,7 @@ class StepRunner:
 
     async def _save(self, record: StepState) -> None:
         if self.deps.persist is not None:
-            await self.deps.persist(record.record())
+            await self.deps.persist(record.snapshot())
 
     def _emit_status(self, record: StepState, span: SpanContext) -> Awaitable[Any] | None:
         """The record's `step:status` event: the emission to await when a hook, subscriber

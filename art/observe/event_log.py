@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from art.core.models import ArtModel, builder
+from art.core.models import ArtModel
 from art.core.serialization import safe_stringify, truncate
 from art.core.spans import SpanContext
 from art.observe.events import RunEvents
-from art.storage.contract import StorageAdapter, StoredEvent
+from art.storage.contract import EventSnapshot, StorageAdapter
 
 __all__ = ["LOGGED_EVENTS", "EventLogWriter", "kept_in_log", "stored_events"]
 
@@ -112,9 +112,10 @@ def stored_events(
     run_id: str,
     trace_id: str,
     redact: Callable[[Any], Any],
-) -> list[StoredEvent]:
+) -> list[EventSnapshot]:
     """A run's logged events (what `RunEvents.drain` returns) as they are stored: compact,
-    with secrets masked, each with its span's ids."""
+    with secrets masked, each with its span's ids. Plain values: the storage adapter
+    makes the `StoredEvent`s (`EventSnapshot.stored`) when it writes them or is read."""
     stored = []
     for name, data, span, timestamp in batch:
         compact = _STORED_DATA.get(name)
@@ -122,21 +123,24 @@ def stored_events(
             data = compact(data)
         if name in _REDACTED_EVENTS:
             data = redact(data)
-        fields: dict[str, Any] = {
-            "thread_id": thread_id,
-            "run_id": run_id,
-            "name": name,
-            "data": data,
-            "trace_id": span.trace_id if span else trace_id,
-            "span_id": span.span_id if span else None,
-            "parent_span_id": span.parent_span_id if span else None,
-            "timestamp": timestamp,
-        }
-        stored.append(_new_event(fields))
+        if span is None:
+            stored.append(
+                EventSnapshot(thread_id, run_id, name, data, trace_id, None, None, timestamp)
+            )
+        else:
+            stored.append(
+                EventSnapshot(
+                    thread_id,
+                    run_id,
+                    name,
+                    data,
+                    span.trace_id,
+                    span.span_id,
+                    span.parent_span_id,
+                    timestamp,
+                )
+            )
     return stored
-
-
-_new_event = builder(StoredEvent)
 
 
 class EventLogWriter:
@@ -191,7 +195,7 @@ class EventLogWriter:
             if not batch:
                 return
             stored = stored_events(batch, *self._ids, self._redact)
-            await self._storage.append_events(stored)
+            await self._storage.append_event_snapshots(stored)
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:

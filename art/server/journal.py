@@ -33,7 +33,15 @@ from art.core.serialization import safe_stringify, truncate
 from art.observe.event_log import stored_events
 from art.observe.events import Event
 from art.responses import AgentFinalResponse, ConversationMessage, StepRecord
-from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension, ThreadSummary
+from art.storage.contract import (
+    EventSnapshot,
+    RunRecord,
+    StepSnapshot,
+    StorageAdapter,
+    StoredEvent,
+    Suspension,
+    ThreadSummary,
+)
 
 __all__ = ["MAX_VALUE_CHARS", "EventJournal", "JournaledStorage", "stored_event"]
 
@@ -80,13 +88,14 @@ def stored_event(event: Event, redact: Callable[[Any], Any]) -> StoredEvent:
     value but a plan cut to MAX_VALUE_CHARS of JSON (a plan is kept whole: the inspector
     draws it, and the planner bounds its size)."""
     data = _with_totals(event.data) if event.name == "session:end" else event.data
-    [stored] = stored_events(
+    [snapshot] = stored_events(
         [(event.name, data, event.span, event.timestamp)],
         event.thread_id or "",
         event.run_id or "",
         event.trace_id or "",
         redact,
     )
+    stored = snapshot.stored()
     stored.data = {k: v if k == "plan" else _bounded(v) for k, v in stored.data.items()}
     return stored
 
@@ -182,6 +191,9 @@ class JournaledStorage(StorageAdapter):
     async def append_events(self, events: Sequence[StoredEvent]) -> None:
         return None
 
+    async def append_event_snapshots(self, snapshots: Sequence[EventSnapshot]) -> None:
+        return None
+
     @asynccontextmanager
     async def lease(self, thread_id: str) -> AsyncIterator[None]:
         async with self.inner.lease(thread_id):
@@ -212,6 +224,9 @@ class JournaledStorage(StorageAdapter):
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:
         await self.inner.save_step(run_id, record)
+
+    async def save_step_snapshot(self, run_id: str, snapshot: StepSnapshot) -> None:
+        await self.inner.save_step_snapshot(run_id, snapshot)
 
     async def add_suspension(self, suspension: Suspension) -> None:
         await self.inner.add_suspension(suspension)

@@ -12,15 +12,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
 from art.core.binary import JsonData, JsonDict
-from art.core.models import ArtModel
+from art.core.models import ArtModel, builder
 from art.core.usage import TokenUsage
 from art.planning.plans import Plan
-from art.responses import ConversationMessage, RunError, StepRecord, utcnow
+from art.responses import ConversationMessage, RunError, StepRecord, StepStatus, utcnow
+from art.tooling.contract import ToolResult
 
 RunState = Literal["running", "suspended", "completed", "partial", "failed", "abandoned"]
 ACTIVE_RUN_STATES: frozenset[str] = frozenset({"running", "suspended"})
@@ -95,6 +96,73 @@ class StoredEvent(ArtModel):
     timestamp: datetime = Field(default_factory=utcnow)
 
 
+_new_record = builder(StepRecord)
+_new_event = builder(StoredEvent)
+
+
+class StepSnapshot(NamedTuple):
+    """A step's record as the engine had it when it saved it, in plain values: the
+    `StepRecord` is made from it (`record()`) where one is needed, by an adapter that
+    writes it or by a reader. `result`, `args` and `decision` are the engine's objects,
+    which a tool, a hook or the caller may still hold: an adapter that keeps a snapshot
+    after `save_step_snapshot` returns keeps copies of them."""
+
+    step_id: str
+    tool: str | None
+    status: StepStatus
+    result: ToolResult | None
+    attempts: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    arrived_at: datetime | None
+    args: dict[str, Any] | None
+    reason: str | None
+    decision: dict[str, Any] | None
+
+    def record(self) -> StepRecord:
+        """The public record of this snapshot."""
+        fields: dict[str, Any] = {
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "status": self.status,
+            "attempts": self.attempts,
+        }
+        # Only the fields that are set: each one given costs a validation.
+        if self.result is not None:
+            fields["result"] = self.result
+        if self.started_at is not None:
+            fields["started_at"] = self.started_at
+        if self.ended_at is not None:
+            fields["ended_at"] = self.ended_at
+        if self.arrived_at is not None:
+            fields["arrived_at"] = self.arrived_at
+        if self.args is not None:
+            fields["args"] = self.args
+        if self.reason is not None:
+            fields["reason"] = self.reason
+        if self.decision is not None:
+            fields["decision"] = self.decision
+        return _new_record(fields)
+
+
+class EventSnapshot(NamedTuple):
+    """A logged event as it is stored, in plain values: `stored()` makes the
+    `StoredEvent`. `data` may hold objects others still hold (as `StepSnapshot`)."""
+
+    thread_id: str
+    run_id: str | None
+    name: str
+    data: dict[str, Any]
+    trace_id: str | None
+    span_id: str | None
+    parent_span_id: str | None
+    timestamp: datetime
+
+    def stored(self) -> StoredEvent:
+        """The `StoredEvent` of this snapshot (its `seq` is the adapter's to set)."""
+        return _new_event(self._asdict())
+
+
 class ThreadSummary(ArtModel):
     thread_id: str
     runs: int
@@ -137,6 +205,12 @@ class StorageAdapter(ABC):
     @abstractmethod
     async def save_step(self, run_id: str, record: StepRecord) -> None:
         """Insert or replace one step record, committed before returning."""
+
+    async def save_step_snapshot(self, run_id: str, snapshot: StepSnapshot) -> None:
+        """How the engine saves a step: `save_step(run_id, snapshot.record())`. An adapter
+        that can keep plain values until they are read overrides it, and reads back the
+        record `snapshot.record()` is."""
+        await self.save_step(run_id, snapshot.record())
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
         """Store the run's final state and append `messages` (the exchange) to the history
@@ -190,6 +264,11 @@ class StorageAdapter(ABC):
     # -- events -------------------------------------------------------------------
     @abstractmethod
     async def append_events(self, events: Sequence[StoredEvent]) -> None: ...
+
+    async def append_event_snapshots(self, snapshots: Sequence[EventSnapshot]) -> None:
+        """How the engine writes its event log: `append_events` of each `stored()`. An
+        adapter that can keep plain values until they are read overrides it."""
+        await self.append_events([snapshot.stored() for snapshot in snapshots])
 
     @abstractmethod
     async def query_events(

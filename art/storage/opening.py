@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_json
 
 from art.config import STORAGE_ENV
-from art.core.redaction import current_secrets
+from art.core.redaction import Secrets, current_secrets
 from art.core.serialization import escape_unencodable_data
 from art.errors import ConfigurationError
 from art.storage.contract import StorageAdapter
@@ -137,17 +137,20 @@ def _json_fallback(value: Any) -> Any:
     return repr(value)
 
 
-def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
+def dump_json(
+    model: BaseModel, *, exclude: set[str] | None = None, secrets: Secrets | None = None
+) -> str:
     """The record as JSON text (snake_case keys), never failing on odd tool outputs (lone
-    surrogates are written as `\\udcff` escapes), with the secrets of the run in
-    progress masked (`art.core.redaction.secrets_in_use`)."""
+    surrogates are written as `\\udcff` escapes), with `secrets` masked (default: those
+    of the run in progress, `art.core.redaction.secrets_in_use`)."""
     serializer = model.__pydantic_serializer__
     try:
         # What model_dump_json does, without its layer of keyword defaults (twice per step).
         text = serializer.to_json(model, exclude=exclude, fallback=_json_fallback).decode()
     except PydanticSerializationError:  # a lone surrogate, which UTF-8 cannot carry
         text = ""
-    secrets = current_secrets()
+    if secrets is None:
+        secrets = current_secrets()
     if not text or (secrets and (not secrets.json_plain or secrets.found_in(text))):
         try:
             data = serializer.to_python(

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import copy
 import functools
 import inspect
 import logging
@@ -42,7 +41,7 @@ import pydantic
 
 from art.core.binary import JSON_SCALARS
 from art.core.log import get_logger
-from art.core.serialization import safe_stringify, to_jsonable
+from art.core.serialization import own_copy, safe_stringify, to_jsonable
 from art.errors import ToolErrorCode
 from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
 from art.tooling.registry import (
@@ -431,33 +430,9 @@ class NotStopped(asyncio.CancelledError):
 def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
     """`args` as the tool's own: containers deep-copied, immutable scalars shared."""
     return {
-        key: value if type(value) in JSON_SCALARS else _deep_copy(value)
+        key: value if type(value) in JSON_SCALARS else own_copy(value)
         for key, value in args.items()
     }
-
-
-def _deep_copy(value: Any) -> Any:
-    try:
-        return _json_copy(value)
-    except RecursionError:  # a container holding itself: deepcopy keeps the cycle
-        pass
-    except Exception:  # an uncopyable object: the tool gets it as it is
-        return value
-    try:
-        return copy.deepcopy(value)
-    except Exception:
-        return value
-
-
-def _json_copy(value: Any) -> Any:
-    """A deep copy of a container that is not a JSON scalar: dicts and lists (the usual
-    arguments) made directly, their scalars shared; any other object by `copy.deepcopy`."""
-    kind = type(value)
-    if kind is dict:
-        return {k: v if type(v) in JSON_SCALARS else _json_copy(v) for k, v in value.items()}
-    if kind is list:
-        return [v if type(v) in JSON_SCALARS else _json_copy(v) for v in value]
-    return copy.deepcopy(value)
 
 
 async def _in_task(

@@ -9,11 +9,19 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from art.core.redaction import secrets_in_use
 from art.core.usage import TokenUsage
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.planning.plans import Plan
 from art.responses import ConversationMessage, MessageMetadata, RunError, Source, StepRecord
-from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension
+from art.storage.contract import (
+    EventSnapshot,
+    RunRecord,
+    StepSnapshot,
+    StorageAdapter,
+    StoredEvent,
+    Suspension,
+)
 from art.tooling.contract import ToolResult
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -284,6 +292,111 @@ async def test_a_saved_step_reads_back_as_its_json_at_save_time(
     assert loaded is not None
     read = loaded.steps["s1"]
     assert read.model_dump_json() == expected.model_dump_json()
+
+
+def snapshot_of(record: StepRecord) -> StepSnapshot:
+    return StepSnapshot(*(getattr(record, name) for name in StepSnapshot._fields))
+
+
+@pytest.mark.parametrize("kind", OUTPUTS)
+async def test_a_step_snapshot_reads_back_as_its_record_at_save_time(
+    storage: StorageAdapter, kind: str
+) -> None:
+    output = OUTPUTS[kind]()
+    run = make_run("t-snapshot")
+    await storage.create_run(run)
+    step = completed_step("s1", output)
+    step.args = {"expression": "17*23", "inputs": [[1, 2], {"a": [3]}]}
+    snapshot = snapshot_of(step)
+    expected = StepRecord.model_validate_json(snapshot.record().model_dump_json())
+    await storage.save_step_snapshot(run.run_id, snapshot)
+
+    # The engine's objects, edited in place after the save by whoever else holds them.
+    step.args["inputs"][0].append(99)  # type: ignore[index]
+    step.result.metadata["unit"] = "changed"  # type: ignore[union-attr]
+    step.result.output = "replaced"  # type: ignore[union-attr]
+    if isinstance(output, dict):
+        output["added"] = "later"
+    loaded = await storage.get_run(run.run_id)
+
+    assert loaded is not None
+    read = loaded.steps["s1"]
+    assert read.model_dump_json() == expected.model_dump_json()
+    again = await storage.get_run(run.run_id)
+    assert again is not None and again.steps["s1"] == read
+
+
+async def test_a_step_snapshot_replaces_the_record_saved_before_it(storage: StorageAdapter) -> None:
+    run = make_run("t-snapshot-replaces")
+    await storage.create_run(run)
+    started = StepRecord(step_id="s1", tool="calculator", status="in_progress", attempts=1)
+    await storage.save_step_snapshot(run.run_id, snapshot_of(started))
+    await storage.save_step(run.run_id, completed_step("s1", 391))
+    await storage.save_step_snapshot(run.run_id, snapshot_of(completed_step("s2", 403)))
+
+    loaded = await storage.get_run(run.run_id)
+
+    assert loaded is not None
+    assert {sid: (r.status, r.output) for sid, r in loaded.steps.items()} == {
+        "s1": ("completed", 391),
+        "s2": ("completed", 403),
+    }
+
+
+async def test_snapshots_saved_while_secrets_are_in_use_read_back_masked_later(
+    storage: StorageAdapter,
+) -> None:
+    secret = "sk-test-abcdefghijklmnopqrstuvwxyz"
+    run = make_run("t-snapshot-secrets")
+    await storage.create_run(run)
+    step = completed_step("s1", f"the key is {secret}")
+    event = EventSnapshot(
+        "t-snapshot-secrets", run.run_id, "step:status", {"output": secret}, None, None, None, T0
+    )
+    with secrets_in_use([secret]):
+        await storage.save_step_snapshot(run.run_id, snapshot_of(step))
+        await storage.append_event_snapshots([event])
+
+    loaded = await storage.get_run(run.run_id)  # read where no secret is in use
+    [stored] = await storage.query_events("t-snapshot-secrets")
+
+    assert loaded is not None
+    assert secret not in loaded.steps["s1"].model_dump_json()
+    assert secret not in stored.model_dump_json() and "***" in stored.data["output"]
+
+
+async def test_event_snapshots_read_back_as_their_stored_events(storage: StorageAdapter) -> None:
+    snapshots = [
+        EventSnapshot(
+            "t-event-snapshots",
+            "r1",
+            name,
+            {"i": i, "nested": {"items": [1, 2]}},
+            "a" * 32,
+            f"{i:016x}",
+            "0" * 16 if i else None,
+            T0 + timedelta(seconds=i),
+        )
+        for i, name in enumerate(["session:start", "step:status", "session:end"])
+    ]
+    expected = [snapshot.stored().model_dump() for snapshot in snapshots]
+    await storage.append_event_snapshots(snapshots[:2])
+    await storage.append_events([StoredEvent(thread_id="t-event-snapshots", name="error")])
+    await storage.append_event_snapshots(snapshots[2:])
+    snapshots[1].data["nested"]["items"].append(3)  # edited by another holder after the write
+
+    read = await storage.query_events("t-event-snapshots")
+
+    assert [e.name for e in read] == ["session:start", "step:status", "error", "session:end"]
+    assert [e.model_dump(exclude={"seq"}) for e in (*read[:2], read[3])] == [
+        {k: v for k, v in e.items() if k != "seq"} for e in expected
+    ]
+    seqs = [e.seq for e in read]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 4
+    assert [e.name for e in await storage.query_events("t-event-snapshots", after_seq=seqs[1])] == [
+        "error",
+        "session:end",
+    ]
 
 
 # -- suspensions ------------------------------------------------------------------------
