@@ -264,3 +264,37 @@ async def test_a_run_sees_hooks_and_subscribers_added_or_removed_while_it_runs()
     assert run.listened("tool:update")
     unsubscribe()
     assert not run.listened("tool:update")
+
+
+def test_the_logged_events_are_stored_from_copies_of_their_data() -> None:
+    # Storage may keep an event's values unwritten (MemoryStorage does): what a hook or
+    # the run edits after the log was drained must not change what is stored.
+    from datetime import UTC, datetime
+
+    from art.core.spans import SpanContext
+    from art.observe.event_log import stored_events
+
+    span = SpanContext.root()
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    resumed = {"suspension_id": "x", "decision": {"approved": True, "notes": ["a"]}}
+    status = {"step_id": "s1", "tool": "t", "status": "failed", "attempt": 1, "reason": "r"}
+    done = {"step_id": "s2", "tool": "t", "status": "completed", "attempt": 1, "output": [1]}
+    batch = [
+        ("resumed", resumed, span, moment),
+        ("step:status", status, span, moment),
+        ("step:status", done, span, moment),
+    ]
+
+    stored = stored_events(batch, "t-1", "r-1", span.trace_id, lambda data: data)
+    resumed["decision"]["notes"].append("b")
+    status["reason"] = "edited"
+    done["output"].append(2)
+
+    assert [s.data for s in stored] == [
+        {"suspension_id": "x", "decision": {"approved": True, "notes": ["a"]}},
+        {"step_id": "s1", "tool": "t", "status": "failed", "attempt": 1, "reason": "r"},
+        {"step_id": "s2", "tool": "t", "status": "completed", "attempt": 1, "output": "[1]"},
+    ]
+    assert [(s.span_id, s.parent_span_id, s.timestamp) for s in stored] == [
+        (span.span_id, None, moment)
+    ] * 3

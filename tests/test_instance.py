@@ -534,6 +534,47 @@ async def test_a_different_query_abandons_the_interrupted_run(scripted_model, ma
 # -- options, events, spans ------------------------------------------------------------------------
 
 
+async def test_the_stored_step_events_are_the_same_whether_or_not_anything_listens(
+    scripted_model, make
+):
+    # A step's span is only ids until a listener needs its SpanContext: the stored log
+    # holds the same events either way, with the span ids the listener saw.
+    def stored_form(events):
+        return [
+            (e.name, {k: v for k, v in e.data.items() if k not in ("duration_ms", "model")})
+            for e in events
+            if e.name not in ("session:start", "session:end", "message:after")
+        ]
+
+    quiet = make([Add()], model=scripted_model(planning=ADD_PLAN, synthesis="ten"))
+    await quiet.aprocess("go", "t-quiet")
+    listened = make([Add()], model=scripted_model(planning=ADD_PLAN, synthesis="ten"))
+    seen: list = []
+    listened.on("step:status", lambda data, context: seen.append((dict(data), context.span)))
+    response = await listened.aprocess("go", "t-listened")
+
+    quiet_log = await quiet.storage.query_events("t-quiet")
+    listened_log = await listened.storage.query_events("t-listened")
+    assert stored_form(quiet_log) == stored_form(listened_log)
+    assert [e.name for e in quiet_log].count("step:status") == 3
+    root = next(e for e in listened_log if e.name == "session:start").span_id
+    stored_steps = [e for e in listened_log if e.name == "step:status"]
+    finished = [(data, span) for data, span in seen if data["status"] != "in_progress"]
+    assert [(e.data["step_id"], e.data["status"]) for e in stored_steps] == [
+        (data["step_id"], data["status"]) for data, _ in finished
+    ]
+    for event, (data, span) in zip(stored_steps, finished, strict=True):
+        assert (event.trace_id, event.span_id, event.parent_span_id) == (
+            span.trace_id,
+            span.span_id,
+            span.parent_span_id,
+        )
+        assert span.parent_span_id == root and event.trace_id == response.metadata.trace_id
+        assert event.data["output"] == str(data["output"])  # stored as text
+    for event in (e for e in quiet_log if e.name == "step:status"):
+        assert event.parent_span_id == quiet_log[0].span_id and event.span_id
+
+
 async def test_per_call_options_override_the_instance_config(scripted_model, make):
     plan = {"steps": [{"id": "s1", "tool": "fail", "args": {}}]}
     model = scripted_model(planning=plan, synthesis="x")

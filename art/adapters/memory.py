@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
+from art.core.binary import JSON_SCALARS
 from art.core.redaction import Secrets, current_secrets
 from art.core.serialization import own_copy
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
@@ -44,14 +45,21 @@ __all__ = ["MemoryStorage"]
 
 
 class _Unwritten(NamedTuple):
-    """A record saved as values (no one else holds its containers) and the secrets in
-    force when it was saved; its JSON text is written when it is read."""
+    """A record saved as values, and the secrets in force when it was saved; its JSON
+    text is written (those secrets masked) when it is read."""
 
-    values: dict[str, Any]
+    values: StepSnapshot | EventSnapshot | dict[str, Any]
     secrets: Secrets
 
     def text(self, model: type[BaseModel]) -> str:
-        return dump_json(model.model_validate(self.values), secrets=self.secrets)
+        values = self.values
+        if isinstance(values, StepSnapshot):
+            record: BaseModel = values.record()
+        elif isinstance(values, EventSnapshot):
+            record = values.stored()
+        else:
+            record = model.model_validate(values)
+        return dump_json(record, secrets=self.secrets)
 
 
 @dataclass
@@ -80,6 +88,7 @@ class _Suspension(NamedTuple):
 
 def _step_values(snapshot: StepSnapshot) -> dict[str, Any]:
     """The fields of the snapshot's record, with copies of its containers."""
+    args, decision = snapshot.args, snapshot.decision
     values: dict[str, Any] = {
         "step_id": snapshot.step_id,
         "tool": snapshot.tool,
@@ -88,35 +97,22 @@ def _step_values(snapshot: StepSnapshot) -> dict[str, Any]:
         "started_at": snapshot.started_at,
         "ended_at": snapshot.ended_at,
         "arrived_at": snapshot.arrived_at,
-        "args": own_copy(snapshot.args),
+        "args": None if args is None else own_copy(args),
         "reason": snapshot.reason,
-        "decision": own_copy(snapshot.decision),
+        "decision": None if decision is None else own_copy(decision),
     }
     result = snapshot.result
     if result is not None:
+        output, metadata = result.output, result.metadata
         values["result"] = {
             "call_id": result.call_id,
             "tool_name": result.tool_name,
             "status": result.status,
-            "output": own_copy(result.output),
+            "output": output if type(output) in JSON_SCALARS else own_copy(output),
             "error": result.error,
-            "metadata": own_copy(result.metadata),
+            "metadata": own_copy(metadata) if metadata else {},
         }
     return values
-
-
-def _event_values(snapshot: EventSnapshot) -> dict[str, Any]:
-    """The fields of the snapshot's event, with a copy of its data."""
-    return {
-        "thread_id": snapshot.thread_id,
-        "run_id": snapshot.run_id,
-        "name": snapshot.name,
-        "data": own_copy(snapshot.data),
-        "trace_id": snapshot.trace_id,
-        "span_id": snapshot.span_id,
-        "parent_span_id": snapshot.parent_span_id,
-        "timestamp": snapshot.timestamp,
-    }
 
 
 class MemoryStorage(StorageAdapter):
@@ -220,7 +216,12 @@ class MemoryStorage(StorageAdapter):
 
     async def save_step_snapshot(self, run_id: str, snapshot: StepSnapshot) -> None:
         if self._own_save_step:
-            kept = _Unwritten(_step_values(snapshot), current_secrets())
+            if snapshot.status == "in_progress":
+                # A step's start, which its end replaces a moment later: kept as handed
+                # over (the engine replaces a record's values, it never edits them).
+                kept = _Unwritten(snapshot, current_secrets())
+            else:
+                kept = _Unwritten(_step_values(snapshot), current_secrets())
             self._keep_step(run_id, snapshot.step_id, kept)
         else:  # a subclass's save_step sees every record
             await self.save_step(run_id, snapshot.record())
@@ -323,12 +324,10 @@ class MemoryStorage(StorageAdapter):
         if not self._own_append_events:  # a subclass's append_events sees every event
             await self.append_events([snapshot.stored() for snapshot in snapshots])
             return
+        # The snapshots' data are their own (EventSnapshot): kept as they are.
         secrets = current_secrets()
         self._keep_events(
-            [
-                (s.thread_id, s.name, as_utc(s.timestamp), _Unwritten(_event_values(s), secrets))
-                for s in snapshots
-            ]
+            [(s.thread_id, s.name, as_utc(s.timestamp), _Unwritten(s, secrets)) for s in snapshots]
         )
 
     def _keep_events(self, rows: list[tuple[str, str, datetime, str | _Unwritten]]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import secrets
+from typing import Protocol
 
 from art.core.models import ArtModel, builder
 
@@ -43,3 +44,48 @@ class SpanContext(ArtModel):
 
 
 _new_span = builder(SpanContext)
+
+
+class SpanIds(Protocol):
+    """The ids of a span, which is all the event log stores of it."""
+
+    @property
+    def trace_id(self) -> str: ...
+
+    @property
+    def span_id(self) -> str: ...
+
+    @property
+    def parent_span_id(self) -> str | None: ...
+
+
+class LazySpan:
+    """A child span whose ids are made at once and whose `SpanContext` only when asked
+    for (`context()`): a step's span is usually wanted only for its ids, in the stored
+    event log and as its tool call's parent, and a SpanContext costs a validation."""
+
+    __slots__ = ("_context", "parent_span_id", "span_id", "trace_id")
+
+    def __init__(self, parent: SpanContext) -> None:
+        self.trace_id = parent.trace_id
+        self.span_id = new_span_id()
+        self.parent_span_id: str | None = parent.span_id
+        self._context: SpanContext | None = None
+
+    def context(self) -> SpanContext:
+        """This span as a SpanContext (made once)."""
+        if self._context is None:
+            self._context = _new_span(
+                {
+                    "trace_id": self.trace_id,
+                    "span_id": self.span_id,
+                    "parent_span_id": self.parent_span_id,
+                }
+            )
+        return self._context
+
+    def child(self) -> SpanContext:
+        """A new span whose parent is this one, in the same trace."""
+        return _new_span(
+            {"trace_id": self.trace_id, "span_id": new_span_id(), "parent_span_id": self.span_id}
+        )

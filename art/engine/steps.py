@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
 from art.core.serialization import context_text, safe_stringify
-from art.core.spans import SpanContext
+from art.core.spans import LazySpan, SpanContext
 from art.engine.execution_state import FINISHED, ExecutionDeps, ExecutionState, StepState, Stop
 from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
 from art.observe.events import EventBus, HookVeto, RunEvents
@@ -179,7 +179,7 @@ class ToolCaller:
         entry: ToolEntry,
         args: dict[str, Any],
         attempt: int,
-        step_span: SpanContext,
+        step_span: LazySpan,
         decision: dict[str, Any] | None = None,
     ) -> tuple[CallOutcome, str | None]:
         """One tool execution; returns its outcome and, when a hook vetoed it, the reason.
@@ -564,10 +564,10 @@ class StepRunner:
             for dep in deps:
                 dep_record = state.records.get(dep)
                 if dep_record is None or dep_record.status != "completed":
-                    span = run.span.child()
+                    span = LazySpan(run.span)
                     await self._finish(record, "skipped", span, _skip_reason(dep, dep_record))
                     return True
-        step_span = run.span.child()
+        step_span = LazySpan(run.span)
         try:
             if step.tool is None:
                 await self._reasoning_step(step, record, step_span)
@@ -612,7 +612,7 @@ class StepRunner:
             self.scheduler.drain()
 
     # -- tool steps ---------------------------------------------------------------------
-    async def _tool_step(self, step: Step, record: StepState, span: SpanContext) -> None:
+    async def _tool_step(self, step: Step, record: StepState, span: LazySpan) -> None:
         registry = self.deps.registry
         entry = registry.entry(step.tool or "")
         if entry is None:
@@ -678,7 +678,7 @@ class StepRunner:
         else:
             await self._finish(record, "failed", span, result.error or "the tool failed")
 
-    async def _llm_assist(self, result: ToolResult, span: SpanContext) -> ToolResult:
+    async def _llm_assist(self, result: ToolResult, span: LazySpan) -> ToolResult:
         """The tool asked for the model's help (seed 000): one `step` call with its prompt."""
         prompt = _assist_prompt(result.output)
         metadata = {k: v for k, v in result.metadata.items() if k not in _ASSIST_SIGNAL}
@@ -696,7 +696,7 @@ class StepRunner:
             system = f"{system}\n\n{context_text(context)}"
         messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
         try:
-            answer = await self._complete(messages, span)
+            answer = await self._complete(messages, span.context())
         except (ModelError, HookVeto, TimeoutError) as exc:
             return result.model_copy(
                 update={
@@ -714,7 +714,7 @@ class StepRunner:
         )
 
     async def _suspend_step(
-        self, step: Step, record: StepState, result: ToolResult, span: SpanContext
+        self, step: Step, record: StepState, result: ToolResult, span: LazySpan
     ) -> None:
         run = self.deps.run
         suspension_id = str(result.metadata.get("suspension_id") or "") or _new_id()
@@ -745,7 +745,7 @@ class StepRunner:
             await emitting
 
     # -- reasoning steps ----------------------------------------------------------------
-    async def _reasoning_step(self, step: Step, record: StepState, span: SpanContext) -> None:
+    async def _reasoning_step(self, step: Step, record: StepState, span: LazySpan) -> None:
         """One `step` LLM call; a UI sees it as a block too: one `tool:update` `start` and
         `end` (tool `reasoning`, `reasoning: true`), no `tool:before`/`tool:after`."""
         record.attempts += 1
@@ -814,7 +814,7 @@ class StepRunner:
         return result.content
 
     # -- records, persistence and events --------------------------------------------------
-    async def _start(self, record: StepState, span: SpanContext) -> None:
+    async def _start(self, record: StepState, span: LazySpan) -> None:
         if record.started_at is None:
             record.started_at = utcnow()
         record.status = "in_progress"
@@ -823,7 +823,7 @@ class StepRunner:
             await emitting
 
     async def _finish(
-        self, record: StepState, status: StepStatus, span: SpanContext, reason: str | None = None
+        self, record: StepState, status: StepStatus, span: LazySpan, reason: str | None = None
     ) -> None:
         record.status = status
         record.reason = reason
@@ -838,13 +838,13 @@ class StepRunner:
         if self.deps.persist is not None:
             await self.deps.persist(record.snapshot())
 
-    def _emit_status(self, record: StepState, span: SpanContext) -> Awaitable[Any] | None:
+    def _emit_status(self, record: StepState, span: LazySpan) -> Awaitable[Any] | None:
         """The record's `step:status` event: the emission to await when a hook, subscriber
         or stream sees it; else logged here, without a coroutine (one per step), unless
         it is `in_progress`, which the run's event log never keeps."""
         interest = self._interest.fresh()
         if interest.status_listened:
-            return _emit(self.deps, "step:status", _status_data(record), span)
+            return _emit(self.deps, "step:status", _status_data(record), span.context())
         if interest.status_wanted and record.status != "in_progress":
             # A finished step's event happened when the record says it ended.
             events = self.deps.run.events

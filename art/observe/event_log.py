@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from art.core.models import ArtModel
-from art.core.serialization import safe_stringify, truncate
-from art.core.spans import SpanContext
+from art.core.serialization import own_copy, safe_stringify, truncate
+from art.core.spans import SpanIds
 from art.observe.events import RunEvents
 from art.storage.contract import EventSnapshot, StorageAdapter
 
@@ -44,7 +44,7 @@ _REDACTED_EVENTS = frozenset({"error", "message:after", "session:end"})
 EVENT_BATCH = 256
 _STORED_TEXT_CHARS = 2000
 
-LoggedEvent = tuple[str, dict[str, Any], SpanContext | None, datetime]
+LoggedEvent = tuple[str, dict[str, Any], SpanIds | None, datetime]
 
 
 def kept_in_log(name: str, data: dict[str, Any]) -> bool:
@@ -114,15 +114,19 @@ def stored_events(
     redact: Callable[[Any], Any],
 ) -> list[EventSnapshot]:
     """A run's logged events (what `RunEvents.drain` returns) as they are stored: compact,
-    with secrets masked, each with its span's ids. Plain values: the storage adapter
-    makes the `StoredEvent`s (`EventSnapshot.stored`) when it writes them or is read."""
+    with secrets masked, each with its span's ids. Plain values, their data the log's own
+    copies: the storage adapter makes the `StoredEvent`s (`EventSnapshot.stored`) when it
+    writes them or is read."""
     stored = []
     for name, data, span, timestamp in batch:
-        compact = _STORED_DATA.get(name)
-        if compact is not None:
-            data = compact(data)
-        if name in _REDACTED_EVENTS:
-            data = redact(data)
+        if name == "step:status":
+            # A new dict of the record's scalars and its output as text: the log's own.
+            data = _stored_output(data) if "output" in data else dict(data)
+        else:
+            compact = _STORED_DATA.get(name)
+            data = own_copy(compact(data) if compact is not None else data)
+            if name in _REDACTED_EVENTS:
+                data = redact(data)
         if span is None:
             stored.append(
                 EventSnapshot(thread_id, run_id, name, data, trace_id, None, None, timestamp)

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from art.core.log import get_logger
 from art.core.models import ArtModel
-from art.core.spans import SpanContext
+from art.core.spans import SpanContext, SpanIds
 
 log = get_logger("art.observe.events")
 
@@ -355,7 +355,7 @@ class RunEvents:
         self.logged = logged or frozenset()
         self.keep = keep
         # (name, data, span, timestamp) per logged event; the owner drains it to storage.
-        self.log: list[tuple[str, dict[str, Any], SpanContext | None, datetime]] = []
+        self.log: list[tuple[str, dict[str, Any], SpanIds | None, datetime]] = []
         # Answers to wants/listened by event name, valid while the bus has not changed.
         self._wants: dict[str, bool] = {}
         self._listened: dict[str, bool] = {}
@@ -416,7 +416,7 @@ class RunEvents:
         self,
         name: str,
         data: dict[str, Any],
-        span: SpanContext | None,
+        span: SpanIds | None,
         timestamp: datetime | None = None,
     ) -> None:
         """Log an event that no hook, subscriber or sink sees (`not listened(name)`):
@@ -425,7 +425,7 @@ class RunEvents:
         if name in self.logged and (self.keep is None or self.keep(name, data)):
             self.log.append((name, data, span, timestamp or datetime.now(UTC)))
 
-    def drain(self) -> list[tuple[str, dict[str, Any], SpanContext | None, datetime]]:
+    def drain(self) -> list[tuple[str, dict[str, Any], SpanIds | None, datetime]]:
         """The logged events not drained yet, oldest first."""
         taken, self.log = self.log, []
         return taken

@@ -147,7 +147,7 @@ class StepSnapshot(NamedTuple):
 
 class EventSnapshot(NamedTuple):
     """A logged event as it is stored, in plain values: `stored()` makes the
-    `StoredEvent`. `data` may hold objects others still hold (as `StepSnapshot`)."""
+    `StoredEvent`. `data` is the snapshot's own: nothing else holds its containers."""
 
     thread_id: str
     run_id: str | None
