@@ -44,22 +44,26 @@ from art.storage.opening import as_utc, dump_json, load_json
 __all__ = ["MemoryStorage"]
 
 
-class _Unwritten(NamedTuple):
-    """A record saved as values, and the secrets in force when it was saved; its JSON
-    text is written (those secrets masked) when it is read."""
+# A record saved as values, and the secrets in force when it was saved (None: none); its
+# JSON text is written (those secrets masked) when it is read. A plain tuple of plain
+# values: the garbage collector stops tracking it (not a NamedTuple), and a long run keeps
+# one per step. The values: a step's start as handed over (StepSnapshot), a finished
+# step's fields (dict), or a logged event's fields in EventSnapshot order (tuple).
+_Unwritten = tuple[StepSnapshot | dict[str, Any] | tuple[Any, ...], Secrets | None]
 
-    values: StepSnapshot | EventSnapshot | dict[str, Any]
-    secrets: Secrets
 
-    def text(self, model: type[BaseModel]) -> str:
-        values = self.values
-        if isinstance(values, StepSnapshot):
-            record: BaseModel = values.record()
-        elif isinstance(values, EventSnapshot):
-            record = values.stored()
-        else:
-            record = model.model_validate(values)
-        return dump_json(record, secrets=self.secrets)
+def _written(kept: str | _Unwritten, model: type[BaseModel]) -> str:
+    """The JSON text of a kept record."""
+    if isinstance(kept, str):
+        return kept
+    values, secrets = kept
+    if isinstance(values, StepSnapshot):
+        record: BaseModel = values.record()
+    elif isinstance(values, dict):
+        record = model.model_validate(values)
+    else:
+        record = EventSnapshot(*values).stored()
+    return dump_json(record, secrets=secrets or _NO_SECRETS)
 
 
 @dataclass
@@ -84,6 +88,14 @@ class _Suspension(NamedTuple):
     thread_id: str
     text: str  # its JSON
     pending: bool  # kept beside the JSON: listing the pending ones parses only those
+
+
+_NO_SECRETS = Secrets()
+
+
+def _secrets_in_force() -> Secrets | None:
+    secrets = current_secrets()
+    return secrets if secrets else None
 
 
 def _step_values(snapshot: StepSnapshot) -> dict[str, Any]:
@@ -152,7 +164,7 @@ class MemoryStorage(StorageAdapter):
         if steps:
             texts: dict[str, str] = {}
             for step_id, kept in stored.steps.items():
-                texts[step_id] = kept.text(StepRecord) if isinstance(kept, _Unwritten) else kept
+                texts[step_id] = _written(kept, StepRecord)
             stored.steps.update(texts)  # written once
             run.steps = {step_id: load_json(StepRecord, text) for step_id, text in texts.items()}
         return run
@@ -216,12 +228,13 @@ class MemoryStorage(StorageAdapter):
 
     async def save_step_snapshot(self, run_id: str, snapshot: StepSnapshot) -> None:
         if self._own_save_step:
+            kept: _Unwritten
             if snapshot.status == "in_progress":
                 # A step's start, which its end replaces a moment later: kept as handed
                 # over (the engine replaces a record's values, it never edits them).
-                kept = _Unwritten(snapshot, current_secrets())
+                kept = (snapshot, _secrets_in_force())
             else:
-                kept = _Unwritten(_step_values(snapshot), current_secrets())
+                kept = (_step_values(snapshot), _secrets_in_force())
             self._keep_step(run_id, snapshot.step_id, kept)
         else:  # a subclass's save_step sees every record
             await self.save_step(run_id, snapshot.record())
@@ -325,9 +338,9 @@ class MemoryStorage(StorageAdapter):
             await self.append_events([snapshot.stored() for snapshot in snapshots])
             return
         # The snapshots' data are their own (EventSnapshot): kept as they are.
-        secrets = current_secrets()
+        secrets = _secrets_in_force()
         self._keep_events(
-            [(s.thread_id, s.name, as_utc(s.timestamp), _Unwritten(s, secrets)) for s in snapshots]
+            [(s.thread_id, s.name, as_utc(s.timestamp), (tuple(s), secrets)) for s in snapshots]
         )
 
     def _keep_events(self, rows: list[tuple[str, str, datetime, str | _Unwritten]]) -> None:
@@ -366,7 +379,7 @@ class MemoryStorage(StorageAdapter):
                 continue
             if until_key is not None and moment >= until_key:
                 continue
-            text = saved.text(StoredEvent) if isinstance(saved, _Unwritten) else saved
+            text = _written(saved, StoredEvent)
             event = load_json(StoredEvent, text)
             event.seq = seq
             found.append(event)

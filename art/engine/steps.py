@@ -225,8 +225,10 @@ class ToolCaller:
                         "vetoed": True,
                     },
                 )
-                await call.start(args)
-                await call.end(result, args)
+                if (starting := call.start(args)) is not None:
+                    await starting
+                if (ending := call.end(result, args)) is not None:
+                    await ending
                 return CallOutcome(result), reason
             edited = data.get("args", args) if isinstance(data, dict) else args
             if edited is not args:
@@ -251,7 +253,8 @@ class ToolCaller:
         run.stats.add_tool_call()
         self._in_tools += 1
         try:
-            await call.start(args)
+            if (starting := call.start(args)) is not None:
+                await starting
             if token.cancelled:  # the run was cancelled meanwhile (by a tool:before hook, say)
                 raise asyncio.CancelledError
             if (
@@ -277,13 +280,15 @@ class ToolCaller:
                 why = f"{why or 'cancelled'}; {exc}"
             cancelled = _cancelled_result(call_id, name, why)
             record.result = cancelled
-            await call.finish(relay, cancelled, args)
+            if (ending := call.finish(relay, cancelled, args)) is not None:
+                await ending
             raise
         finally:
             self._in_tools -= 1
             self._tokens.pop(step_id, None)
             token.detach()
-        await call.finish(relay, outcome.result, args)
+        if (ending := call.finish(relay, outcome.result, args)) is not None:
+            await ending
         return outcome, None
 
     async def wait_turn(self, entry: ToolEntry) -> None:
@@ -374,36 +379,55 @@ class _Call:
         self.ended = False
         self.started_at = time.perf_counter()
 
-    async def start(self, args: dict[str, Any], **extra: Any) -> None:
+    def start(self, args: dict[str, Any], **extra: Any) -> Awaitable[Any] | None:
+        """Mark the execution started; the `start` update to await, when anything sees it."""
         self.started = True
         self.started_at = time.perf_counter()
         # A tool's own progress notes are logged; the start and end updates are not, so
         # they are emitted only when a hook, subscriber or stream is there to see them.
-        if self.interest.updates_listened:
-            data = {
-                "stage": "start",
-                "step_id": self.step_id,
-                "tool": self.tool,
-                "call_id": self.call_id,
-                "args": args,
-                "attempt": self.attempt,
-                **extra,
-            }
-            await _emit(self.deps, "tool:update", data, self.span)
+        if not self.interest.updates_listened:
+            return None
+        data = {
+            "stage": "start",
+            "step_id": self.step_id,
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "args": args,
+            "attempt": self.attempt,
+            **extra,
+        }
+        return _emit(self.deps, "tool:update", data, self.span)
 
-    async def finish(
+    def finish(
         self, relay: ProgressRelay | None, result: ToolResult, args: dict[str, Any]
-    ) -> None:
+    ) -> Awaitable[None] | None:
         """The progress still being sent, then the end (the end always comes last)."""
         if relay is not None and (draining := relay.close()) is not None:
-            await draining
-        await self.end(result, args)
+            return self._end_after(draining, result, args)
+        return self.end(result, args)
 
-    async def end(self, result: ToolResult, args: dict[str, Any], **extra: Any) -> None:
+    async def _end_after(
+        self, draining: Awaitable[Any], result: ToolResult, args: dict[str, Any]
+    ) -> None:
+        await draining
+        if (ending := self.end(result, args)) is not None:
+            await ending
+
+    def end(self, result: ToolResult, args: dict[str, Any], **extra: Any) -> Awaitable[None] | None:
+        """Mark the execution ended (once); its `end` update and `tool:after` to await,
+        when anything sees them."""
         if self.ended or not self.started:
-            return
+            return None
         self.ended = True
+        interest = self.interest
+        if not interest.updates_listened and not (interest.tool_after and self.schema is not None):
+            return None
         duration_ms = (time.perf_counter() - self.started_at) * 1000.0
+        return self._send_end(result, args, duration_ms, extra)
+
+    async def _send_end(
+        self, result: ToolResult, args: dict[str, Any], duration_ms: float, extra: dict[str, Any]
+    ) -> None:
         schema = self.schema
         display = schema is not None and schema.mode == "display"
         if self.interest.updates_listened:
@@ -740,7 +764,8 @@ class StepRunner:
         record.status = "waiting"
         record.reason = "waiting for a human decision"
         record.decision = None  # a tool run on approval may ask again: a new decision
-        await self._save(record)
+        if (persist := self.deps.persist) is not None:
+            await persist(record.snapshot())
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
 
@@ -771,7 +796,8 @@ class StepRunner:
             None,
         )
         args = {"task": step.description, "inputs": list(dependencies)}
-        await call.start(args, reasoning=True)
+        if (starting := call.start(args, reasoning=True)) is not None:
+            await starting
         try:
             answer = await self._complete(messages, call_span)
         except (ModelError, HookVeto, TimeoutError) as exc:
@@ -783,7 +809,8 @@ class StepRunner:
                 error=_error_text(exc),
                 metadata={"error_code": code or "UNKNOWN", "retryable": False},
             )
-            await call.end(record.result, args, reasoning=True)
+            if (ending := call.end(record.result, args, reasoning=True)) is not None:
+                await ending
             await self._finish(
                 record, "failed", span, f"the reasoning call failed: {_error_text(exc)}"
             )
@@ -791,12 +818,14 @@ class StepRunner:
         except asyncio.CancelledError:
             cancelled = _cancelled_result(call_id, REASONING_TOOL_NAME, run.cancellation.reason)
             record.result = cancelled
-            await call.end(cancelled, args, reasoning=True)
+            if (ending := call.end(cancelled, args, reasoning=True)) is not None:
+                await ending
             raise
         record.result = ToolResult(
             call_id=call_id, tool_name=REASONING_TOOL_NAME, status="success", output=answer
         )
-        await call.end(record.result, args, reasoning=True)
+        if (ending := call.end(record.result, args, reasoning=True)) is not None:
+            await ending
         outputs[step.id] = answer
         await self._finish(record, "completed", span)
 
@@ -818,7 +847,8 @@ class StepRunner:
         if record.started_at is None:
             record.started_at = utcnow()
         record.status = "in_progress"
-        await self._save(record)
+        if (persist := self.deps.persist) is not None:
+            await persist(record.snapshot())
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
 
@@ -830,13 +860,10 @@ class StepRunner:
         record.ended_at = utcnow()
         if status != "completed":
             self.state.unsuccessful.add(record.step_id)
-        await self._save(record)
+        if (persist := self.deps.persist) is not None:
+            await persist(record.snapshot())
         if (emitting := self._emit_status(record, span)) is not None:
             await emitting
-
-    async def _save(self, record: StepState) -> None:
-        if self.deps.persist is not None:
-            await self.deps.persist(record.snapshot())
 
     def _emit_status(self, record: StepState, span: LazySpan) -> Awaitable[Any] | None:
         """The record's `step:status` event: the emission to await when a hook, subscriber
