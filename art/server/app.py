@@ -16,15 +16,17 @@ from starlette.staticfiles import StaticFiles
 import art
 from art.config import ArtInstanceConfig
 from art.core.redaction import redact, secrets_from_params
+from art.errors import ConfigurationError
 from art.instance import ArtInstance
 from art.server import agui, openai
 from art.server.api import router
 from art.server.context import ServerContext
 from art.server.feed import EventFeed
 from art.server.journal import EventJournal, JournaledStorage
+from art.server.principals import Authenticate, AuthHook, KeyCheck, ThreadAccess
 from art.server.problems import install_problem_handlers
 from art.server.runs import RunManager
-from art.server.security import KeyCheck, RequestGuard, allowed_hosts
+from art.server.security import RequestGuard, allowed_hosts
 from art.server.settings import ServerSettings
 
 __all__ = ["STATIC_DIR", "create_app"]
@@ -45,16 +47,21 @@ def create_app(
     config: ArtInstanceConfig | None = None,
     *,
     settings: ServerSettings | None = None,
+    authenticate: Authenticate | None = None,
     **fields: Any,
 ) -> FastAPI:
     """An ASGI app serving an engine built from `config` and/or `fields` (what
     `art.create_art_instance` takes: model, tools, storage, ...).
 
+    `authenticate` replaces the keys with the application's own check of a request: it
+    returns the caller's `Principal` (a user, or an admin), or None for a 401.
+
     The engine is `app.state.context.instance` (add hooks there). Storage is opened when
     the app starts and closed when it stops, after its runs had `settings.grace_s` to end.
     """
     settings = settings or ServerSettings()
-    settings.check_exposure()
+    if authenticate is None:
+        settings.check_exposure()
     instance, journal = _build_instance(config, fields)
     context = ServerContext(
         settings=settings,
@@ -62,11 +69,14 @@ def create_app(
         journal=journal,
         feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
         runs=RunManager(instance, journal),
+        threads=ThreadAccess(instance.storage),
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await instance.storage.open()
+        if authenticate is not None or settings.user_keys:
+            await _check_owners_kept(instance)
         try:
             yield
         finally:
@@ -88,7 +98,10 @@ def create_app(
     )
     app.state.context = context
     install_problem_handlers(app)
-    keys = [Depends(KeyCheck(settings.api_keys))]
+    check = (
+        AuthHook(authenticate) if authenticate else KeyCheck(settings.api_keys, settings.user_keys)
+    )
+    keys = [Depends(check)]
     app.include_router(router, dependencies=keys)
     app.include_router(agui.router, dependencies=keys)
     app.include_router(openai.router, dependencies=keys)
@@ -109,12 +122,23 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "DELETE"],
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             expose_headers=["Location", "Retry-After"],
             max_age=600,
         )
     return app
+
+
+async def _check_owners_kept(instance: ArtInstance) -> None:
+    """Users need a storage that keeps who owns each thread."""
+    try:
+        await instance.storage.get_thread("")
+    except NotImplementedError:
+        raise ConfigurationError(
+            "users need a storage that keeps each thread's owner (StorageAdapter.get_thread); "
+            "the built-in memory, sqlite and postgresql storages do"
+        ) from None
 
 
 def _build_instance(

@@ -61,6 +61,17 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    user_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--user-key",
+            metavar="USER=KEY",
+            help="A user's key (16+ characters): its holder sees only the threads they "
+            "created; --api-key keys see all. Repeatable. Default: $ART_USER_KEYS "
+            "(comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
     no_auth: Annotated[
         bool,
         typer.Option(
@@ -141,12 +152,18 @@ def serve_command(
                 "CONFIG_ERROR", 'art serve needs the server extra: pip install "art-pes[server]"'
             )
         from art.server.app import create_app
-        from art.server.settings import ServerSettings, keys_from_env
+        from art.server.settings import (
+            ServerSettings,
+            keys_from_env,
+            parse_user_keys,
+            user_keys_from_env,
+        )
 
         settings = ServerSettings(
             host=host,
             port=port,
             api_keys=list(api_keys or keys_from_env()),
+            user_keys=parse_user_keys(user_keys) if user_keys else user_keys_from_env(),
             allow_unauthenticated=no_auth,
             cors_origins=list(cors_origins or []),
             allowed_hosts=list(allowed_hosts or []),
