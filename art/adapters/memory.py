@@ -248,6 +248,22 @@ class MemoryStorage(StorageAdapter):
             thread.messages = texts
             self._touch(thread)
 
+    async def delete_run(self, run_id: str) -> bool:
+        with self._lock:
+            stored = self._runs.pop(run_id, None)
+            if stored is None:
+                return False
+            thread = self._threads[stored.thread_id]
+            thread.run_ids.remove(run_id)
+            for suspension_id in list(thread.suspension_ids):
+                if load_json(Suspension, self._suspensions[suspension_id].text).run_id == run_id:
+                    thread.suspension_ids.remove(suspension_id)
+                    del self._suspensions[suspension_id]
+            thread.events = [
+                row for row in thread.events if load_json(StoredEvent, row[3]).run_id != run_id
+            ]
+            return True
+
     async def delete_thread(self, thread_id: str) -> bool:
         with self._lock:
             thread = self._threads.pop(thread_id, None)

@@ -518,6 +518,14 @@ class PostgresStorage(StorageAdapter):
                 await self._insert_message(conn, message)
             await conn.execute(_TOUCH_THREAD, {"thread_id": thread_id, "now": utcnow()})
 
+    async def delete_run(self, run_id: str) -> bool:
+        async with self._connection() as conn, conn.transaction():
+            for table in ("suspensions", "events"):
+                await conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
+            # Steps go with their run (ON DELETE CASCADE).
+            cursor = await conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
+            return cursor.rowcount > 0
+
     async def delete_thread(self, thread_id: str) -> bool:
         found = 0
         async with self._connection() as conn, conn.transaction():

@@ -812,6 +812,15 @@ class SQLiteStorage(StorageAdapter):
 
         await self._write(write)
 
+    async def delete_run(self, run_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            for table in ("suspensions", "events"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            # steps: cascade
+            return conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount > 0
+
+        return await self._write(write)
+
     async def delete_thread(self, thread_id: str) -> bool:
         def write(conn: sqlite3.Connection) -> bool:
             found = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount

@@ -23,6 +23,7 @@ from art.server.models import (
     DecisionRequest,
     PlanRequest,
     PlanResource,
+    QueuedRunResource,
     RunRequest,
     RunResource,
     SuspensionList,
@@ -289,13 +290,22 @@ async def start_run(
 ) -> Response:
     """Start a run of `query` on the thread (202 with the run), or with `wait=true` run it
     and answer with its response. A run already executing on the thread is a 409
-    THREAD_BUSY. The same query as the thread's interrupted run continues that run."""
+    THREAD_BUSY, unless `multitaskStrategy` says to enqueue this one (202 with its id and
+    status `queued`), interrupt the current one or roll it back. The same query as the
+    thread's interrupted run continues that run."""
     _check_query(ctx, body.query)
     options = body.options.model_dump(exclude_none=True) if body.options else {}
     if not caller.admin:  # a user's runs are theirs, whatever the body says
         options["user_id"] = caller.user
     await ctx.threads.claim(caller, thread_id)
-    active = await ctx.runs.start(thread_id, body.query, options or None)
+    if body.multitask_strategy == "enqueue":
+        queued = ctx.runs.enqueue(thread_id, body.query, options or None)
+        if wait:
+            return wire_response(await queued.wait())
+        resource = QueuedRunResource(run_id=queued.run_id, thread_id=thread_id)
+        headers = {"Location": f"threads/{thread_id}/runs/{queued.run_id}"}
+        return Response(wire_json(resource), 202, headers=headers, media_type="application/json")
+    active = await ctx.runs.start(thread_id, body.query, options or None, body.multitask_strategy)
     return await _answer(ctx, active.thread_id, active.run_id, active.wait() if wait else None)
 
 

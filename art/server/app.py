@@ -68,7 +68,7 @@ def create_app(
         instance=instance,
         journal=journal,
         feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
-        runs=RunManager(instance, journal),
+        runs=RunManager(instance, journal, settings.poll_interval_s),
         threads=ThreadAccess(instance.storage),
     )
 

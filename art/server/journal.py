@@ -277,5 +277,8 @@ class JournaledStorage(StorageAdapter):
     async def search_threads(self, query: ThreadQuery) -> ThreadPage:
         return await self.inner.search_threads(query)
 
+    async def delete_run(self, run_id: str) -> bool:
+        return await self.inner.delete_run(run_id)
+
     async def delete_thread(self, thread_id: str) -> bool:
         return await self.inner.delete_thread(thread_id)

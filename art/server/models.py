@@ -8,7 +8,7 @@ Resources are the engine's own records (`RunRecord`, `Suspension`, `ThreadSummar
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic_core
 from pydantic import AfterValidator, ConfigDict, Field
@@ -26,6 +26,7 @@ __all__ = [
     "DecisionRequest",
     "PlanRequest",
     "PlanResource",
+    "QueuedRunResource",
     "RunOptions",
     "RunRequest",
     "RunResource",
@@ -61,6 +62,20 @@ class RunRequest(_Request):
 
     query: str = Field(min_length=1, description="The question (bounded by --max-query-chars).")
     options: RunOptions | None = None
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+        default="reject",
+        description="When a run is executing on the thread: `reject` (409 THREAD_BUSY), "
+        "`enqueue` (run after it), `interrupt` (cancel it, keeping its finished steps, then "
+        "run) or `rollback` (cancel and delete it, then run).",
+    )
+
+
+class QueuedRunResource(ArtModel):
+    """A run queued behind the thread's current run (`multitaskStrategy: enqueue`)."""
+
+    run_id: str
+    thread_id: str
+    status: Literal["queued"] = "queued"
 
 
 class DecisionRequest(_Request):

@@ -207,6 +207,12 @@ class StorageAdapter(ABC):
         The thread's runs, suspensions and events stay."""
         raise NotImplementedError(f"{type(self).__name__} cannot replace a thread's history")
 
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete a run that ended without an exchange (a cancelled one): its record, step
+        records, suspensions and events, in one write; False when there is no such run.
+        The thread and its other runs stay."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete a run")
+
     async def delete_thread(self, thread_id: str) -> bool:
         """Delete everything stored for the thread (runs, step records, suspensions,
         history, events), in one write; False when nothing was stored for it."""

@@ -539,6 +539,39 @@ async def test_replace_history_makes_the_messages_the_whole_history(
     assert [m.content for m in await storage.get_history("t-load-other")] == ["elsewhere"]
 
 
+async def test_delete_run_removes_that_run_only(storage: StorageAdapter) -> None:
+    runs = []
+    for n in range(2):
+        run = make_run("t-runs", f"question {n}", steps={"s1": completed_step("s1", n)})
+        await storage.create_run(run)
+        await storage.add_suspension(
+            Suspension(
+                suspension_id=new_id(),
+                thread_id="t-runs",
+                run_id=run.run_id,
+                step_id="s3",
+                tool_name="ask_human",
+                call_id=f"c{n}",
+            )
+        )
+        await storage.append_events(
+            [StoredEvent(thread_id="t-runs", run_id=run.run_id, name="session:start")]
+        )
+        runs.append(run)
+    await storage.append_message(ConversationMessage(thread_id="t-runs", role="user", content="hi"))
+
+    assert await storage.delete_run(runs[1].run_id) is True
+    assert await storage.delete_run(runs[1].run_id) is False
+
+    assert [r.run_id for r in await storage.list_runs("t-runs")] == [runs[0].run_id]
+    assert await storage.get_run(runs[1].run_id) is None
+    kept = await storage.get_run(runs[0].run_id)
+    assert kept is not None and set(kept.steps) == {"s1"}
+    assert [s.run_id for s in await storage.list_suspensions("t-runs")] == [runs[0].run_id]
+    assert [e.run_id for e in await storage.query_events("t-runs")] == [runs[0].run_id]
+    assert len(await storage.get_history("t-runs")) == 1
+
+
 async def test_delete_thread_removes_everything_of_that_thread_only(
     storage: StorageAdapter,
 ) -> None:
