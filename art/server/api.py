@@ -297,15 +297,24 @@ async def start_run(
     options = body.options.model_dump(exclude_none=True) if body.options else {}
     if not caller.admin:  # a user's runs are theirs, whatever the body says
         options["user_id"] = caller.user
+    if body.webhook is not None and not ctx.runs.webhooks_allow(body.webhook):
+        raise Problem(
+            422,
+            "this server does not call that webhook URL (its operator allows the prefixes "
+            "given with --webhook-allow)",
+            code="WEBHOOK_NOT_ALLOWED",
+        )
     await ctx.threads.claim(caller, thread_id)
     if body.multitask_strategy == "enqueue":
-        queued = ctx.runs.enqueue(thread_id, body.query, options or None)
+        queued = ctx.runs.enqueue(thread_id, body.query, options or None, body.webhook)
         if wait:
             return wire_response(await queued.wait())
         resource = QueuedRunResource(run_id=queued.run_id, thread_id=thread_id)
         headers = {"Location": f"threads/{thread_id}/runs/{queued.run_id}"}
         return Response(wire_json(resource), 202, headers=headers, media_type="application/json")
-    active = await ctx.runs.start(thread_id, body.query, options or None, body.multitask_strategy)
+    active = await ctx.runs.start(
+        thread_id, body.query, options or None, body.multitask_strategy, body.webhook
+    )
     return await _answer(ctx, active.thread_id, active.run_id, active.wait() if wait else None)
 
 

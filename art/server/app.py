@@ -28,6 +28,7 @@ from art.server.problems import install_problem_handlers
 from art.server.runs import RunManager
 from art.server.security import RequestGuard, allowed_hosts
 from art.server.settings import ServerSettings
+from art.server.webhooks import WebhookPolicy, WebhookSender
 
 __all__ = ["STATIC_DIR", "create_app"]
 
@@ -63,12 +64,22 @@ def create_app(
     if authenticate is None:
         settings.check_exposure()
     instance, journal = _build_instance(config, fields)
+    webhooks = WebhookSender(
+        WebhookPolicy(
+            url=settings.webhook_url,
+            secret=settings.webhook_secret,
+            allowed_prefixes=tuple(settings.webhook_allowed_prefixes),
+            attempts=settings.webhook_attempts,
+            first_delay_s=settings.webhook_first_delay_s,
+        ),
+        journal,
+    )
     context = ServerContext(
         settings=settings,
         instance=instance,
         journal=journal,
         feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
-        runs=RunManager(instance, journal, settings.poll_interval_s),
+        runs=RunManager(instance, journal, settings.poll_interval_s, webhooks),
         threads=ThreadAccess(instance.storage),
     )
 
@@ -81,6 +92,7 @@ def create_app(
             yield
         finally:
             await context.runs.shutdown(settings.grace_s)
+            await webhooks.aclose(settings.grace_s)
             await instance.aclose()  # closes the storage when the instance opened it
 
     app = FastAPI(

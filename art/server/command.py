@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Annotated, Any
 
 import typer
@@ -70,6 +71,24 @@ def serve_command(
             "created; --api-key keys see all. Repeatable. Default: $ART_USER_KEYS "
             "(comma-separated).",
             show_default=False,
+        ),
+    ] = None,
+    webhook: Annotated[
+        str | None,
+        typer.Option(
+            "--webhook",
+            metavar="URL",
+            help="Called (POST, JSON) when a run ends or suspends; signed with "
+            "$ART_WEBHOOK_SECRET when set.",
+        ),
+    ] = None,
+    webhook_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--webhook-allow",
+            metavar="PREFIX",
+            help="A URL prefix a run's own `webhook` may start with. Repeatable. "
+            "Default: runs cannot name one.",
         ),
     ] = None,
     no_auth: Annotated[
@@ -153,6 +172,7 @@ def serve_command(
             )
         from art.server.app import create_app
         from art.server.settings import (
+            WEBHOOK_SECRET_ENV,
             ServerSettings,
             keys_from_env,
             parse_user_keys,
@@ -164,6 +184,9 @@ def serve_command(
             port=port,
             api_keys=list(api_keys or keys_from_env()),
             user_keys=parse_user_keys(user_keys) if user_keys else user_keys_from_env(),
+            webhook_url=webhook,
+            webhook_secret=os.environ.get(WEBHOOK_SECRET_ENV) or None,
+            webhook_allowed_prefixes=list(webhook_allow or []),
             allow_unauthenticated=no_auth,
             cors_origins=list(cors_origins or []),
             allowed_hosts=list(allowed_hosts or []),

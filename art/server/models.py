@@ -62,6 +62,12 @@ class RunRequest(_Request):
 
     query: str = Field(min_length=1, description="The question (bounded by --max-query-chars).")
     options: RunOptions | None = None
+    webhook: str | None = Field(
+        default=None,
+        max_length=2_048,
+        description="A URL called when the run ends or suspends (it must start with one of "
+        "the prefixes the server allows: --webhook-allow).",
+    )
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
         default="reject",
         description="When a run is executing on the thread: `reject` (409 THREAD_BUSY), "

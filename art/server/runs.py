@@ -25,6 +25,7 @@ from art.observe.events import Event
 from art.responses import AgentFinalResponse
 from art.server.journal import EventJournal
 from art.server.problems import Problem
+from art.server.webhooks import WebhookSender
 from art.storage.contract import RunRecord, StoredEvent
 
 __all__ = ["ActiveRun", "MultitaskStrategy", "QueuedRun", "RunManager"]
@@ -46,6 +47,8 @@ class ActiveRun:
     #: When it was launched: every event of its session is stored with a later time.
     since: datetime
     run_id: str | None = None
+    #: The run's own webhook URL (besides the server's).
+    webhook: str | None = None
     started: asyncio.Future[str] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -74,11 +77,18 @@ class RunManager:
     """Starts, tracks, cancels and drains the runs of one instance."""
 
     def __init__(
-        self, instance: ArtInstance, journal: EventJournal, poll_interval_s: float = 0.5
+        self,
+        instance: ArtInstance,
+        journal: EventJournal,
+        poll_interval_s: float = 0.5,
+        webhooks: WebhookSender | None = None,
     ) -> None:
         self.instance = instance
         self.journal = journal
         self.poll_interval_s = poll_interval_s
+        self.webhooks = webhooks
+        # A run's own webhook URL, kept until the run ends (a suspended run keeps it).
+        self._run_webhooks: dict[str, str] = {}
         self._active: dict[str, ActiveRun] = {}
         # The newest queued run of each thread: the next one queued waits for it.
         self._queued: dict[str, QueuedRun] = {}
@@ -88,6 +98,10 @@ class RunManager:
     @property
     def draining(self) -> bool:
         return self._deadline is not None
+
+    def webhooks_allow(self, url: str) -> bool:
+        """Whether a run may name `url` as its own webhook."""
+        return self.webhooks is not None and self.webhooks.policy.allows(url)
 
     def executing(self, thread_id: str) -> ActiveRun | None:
         """The run this process executes on `thread_id`, if any."""
@@ -100,6 +114,7 @@ class RunManager:
         query: str,
         options: Mapping[str, Any] | None = None,
         strategy: MultitaskStrategy = "reject",
+        webhook: str | None = None,
     ) -> ActiveRun:
         """Start `query` on `thread_id`; returns once the run exists (its id is known).
 
@@ -109,10 +124,15 @@ class RunManager:
         another process), 503 while the server shuts down."""
         if strategy in ("interrupt", "rollback"):
             await self._make_way(thread_id, delete=strategy == "rollback")
-        return await self._launch(thread_id, self.instance.aprocess(query, thread_id, options))
+        coro = self.instance.aprocess(query, thread_id, options)
+        return await self._launch(thread_id, coro, webhook)
 
     def enqueue(
-        self, thread_id: str, query: str, options: Mapping[str, Any] | None = None
+        self,
+        thread_id: str,
+        query: str,
+        options: Mapping[str, Any] | None = None,
+        webhook: str | None = None,
     ) -> QueuedRun:
         """Queue `query` to run on `thread_id` once the runs before it (here, queued here,
         or in another process) have ended; its run id is known at once."""
@@ -132,7 +152,7 @@ class RunManager:
                     continue
                 try:
                     coro = self.instance.aprocess(query, thread_id, run_options)
-                    active = await self._launch(thread_id, coro)
+                    active = await self._launch(thread_id, coro, webhook)
                 except Problem as busy:  # a run of another process holds the thread
                     if busy.status != 409 or self.draining:
                         raise
@@ -195,7 +215,10 @@ class RunManager:
         return await self._launch(thread_id, coro)
 
     async def _launch(
-        self, thread_id: str, coro: Coroutine[Any, Any, AgentFinalResponse]
+        self,
+        thread_id: str,
+        coro: Coroutine[Any, Any, AgentFinalResponse],
+        webhook: str | None = None,
     ) -> ActiveRun:
         if self.draining:
             coro.close()
@@ -205,7 +228,7 @@ class RunManager:
             raise _busy(thread_id)
         since = datetime.now(UTC)
         task = asyncio.get_running_loop().create_task(coro, name=f"art-run-{thread_id}")
-        active = ActiveRun(thread_id, task, since)
+        active = ActiveRun(thread_id, task, since, webhook=webhook)
         self._active[thread_id] = active
         task.add_done_callback(lambda _: self._ended(active))
         either: set[asyncio.Future[Any]] = {task, active.started}
@@ -232,13 +255,28 @@ class RunManager:
     def _ended(self, active: ActiveRun) -> None:
         if self._active.get(active.thread_id) is active:
             del self._active[active.thread_id]
+        began = active.started.done() and not active.started.cancelled()
         if not active.started.done():
             active.started.cancel()
         task = active.task
         error = None if task.cancelled() else task.exception()
+        if began and error is None and not task.cancelled():
+            self._call_back(task.result(), active.webhook)
         # An ArtError (a decided suspension, bad options) is the caller's answer, not a fault.
         if error is not None and not isinstance(error, ArtError):
             log.error("run task failed", thread_id=active.thread_id, exc_info=error)
+
+    def _call_back(self, response: AgentFinalResponse, webhook: str | None) -> None:
+        """Send the run's end (or suspension) to its webhooks; a suspended run's own URL
+        is kept for the part that resumes it."""
+        run_id = response.metadata.run_id
+        if run_id is None:
+            return
+        run_url = webhook or self._run_webhooks.pop(run_id, None)
+        if run_url is not None and response.metadata.status == "suspended":
+            self._run_webhooks[run_id] = run_url
+        if self.webhooks is not None:
+            self.webhooks.run_ended(response, run_url)
 
     # -- cancelling -----------------------------------------------------------------------
     async def cancel(self, thread_id: str, run_id: str, reason: str) -> RunRecord:

@@ -14,6 +14,7 @@ __all__ = [
     "API_KEYS_ENV",
     "THREAD_ID_PATTERN",
     "USER_KEYS_ENV",
+    "WEBHOOK_SECRET_ENV",
     "ServerSettings",
     "is_loopback",
     "keys_from_env",
@@ -24,6 +25,8 @@ __all__ = [
 
 #: Comma-separated API keys, read when no key is given on the command line.
 API_KEYS_ENV = "ART_API_KEYS"
+#: The key `art serve` signs its webhook deliveries with.
+WEBHOOK_SECRET_ENV = "ART_WEBHOOK_SECRET"
 #: Comma-separated `user=key` pairs, read when no user key is given on the command line.
 USER_KEYS_ENV = "ART_USER_KEYS"
 #: What a thread id may look like in a URL: 1-128 letters, digits and `._:-`, starting with
@@ -116,6 +119,16 @@ class ServerSettings:
     ping_interval_s: float = 15.0
     #: The path prefix a reverse proxy serves the app under (ASGI root_path).
     root_path: str = ""
+    #: A URL called when any run this server executes ends or suspends.
+    webhook_url: str | None = None
+    #: The key of each delivery's HMAC signature (X-Art-Signature); None: unsigned.
+    webhook_secret: str | None = None
+    #: URL prefixes a run's own `webhook` must start with; none: runs cannot name one.
+    webhook_allowed_prefixes: Sequence[str] = ()
+    #: Tries of a delivery (network errors, 5xx, 408, 425 and 429 are tried again).
+    webhook_attempts: int = 5
+    #: The wait before the second try; it doubles after each.
+    webhook_first_delay_s: float = 1.0
 
     def __post_init__(self) -> None:
         keys = [key for key in [*self.api_keys, *self.user_keys] if key]
@@ -132,6 +145,13 @@ class ServerSettings:
         for name in ("max_body_bytes", "max_query_chars", "max_url_chars"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
+        for url in [self.webhook_url or "http://", *self.webhook_allowed_prefixes]:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigurationError(
+                    "a webhook URL (or prefix) starts with http:// or https://"
+                )
+        if self.webhook_attempts < 1 or self.webhook_first_delay_s < 0:
+            raise ConfigurationError("webhook_attempts must be >= 1, webhook_first_delay_s >= 0")
         if self.grace_s < 0 or self.poll_interval_s <= 0 or self.ping_interval_s <= 0:
             raise ConfigurationError("grace_s must be >= 0; the intervals must be > 0")
 
