@@ -15,12 +15,13 @@ from starlette.responses import Response
 
 from art.engine.phases import display_outputs
 from art.engine.suspension import Decision
-from art.errors import ThreadBusyError
+from art.errors import ForkError, ThreadBusyError
 from art.planning.plans import Plan
 from art.responses import AgentFinalResponse
 from art.server.context import ServerContext, get_context
 from art.server.models import (
     DecisionRequest,
+    ForkRequest,
     PlanRequest,
     PlanResource,
     QueuedRunResource,
@@ -297,13 +298,7 @@ async def start_run(
     options = body.options.model_dump(exclude_none=True) if body.options else {}
     if not caller.admin:  # a user's runs are theirs, whatever the body says
         options["user_id"] = caller.user
-    if body.webhook is not None and not ctx.runs.webhooks_allow(body.webhook):
-        raise Problem(
-            422,
-            "this server does not call that webhook URL (its operator allows the prefixes "
-            "given with --webhook-allow)",
-            code="WEBHOOK_NOT_ALLOWED",
-        )
+    _check_webhook(ctx, body.webhook)
     await ctx.threads.claim(caller, thread_id)
     if body.multitask_strategy == "enqueue":
         queued = ctx.runs.enqueue(thread_id, body.query, options or None, body.webhook)
@@ -316,6 +311,16 @@ async def start_run(
         thread_id, body.query, options or None, body.multitask_strategy, body.webhook
     )
     return await _answer(ctx, active.thread_id, active.run_id, active.wait() if wait else None)
+
+
+def _check_webhook(ctx: ServerContext, url: str | None) -> None:
+    if url is not None and not ctx.runs.webhooks_allow(url):
+        raise Problem(
+            422,
+            "this server does not call that webhook URL (its operator allows the prefixes "
+            "given with --webhook-allow)",
+            code="WEBHOOK_NOT_ALLOWED",
+        )
 
 
 async def _answer(
@@ -371,6 +376,43 @@ async def cancel_run(thread_id: VisibleThread, run_id: RunId, ctx: Context) -> R
     (suspended, or interrupted by a crash); it ends failed with code CANCELLED."""
     record = await ctx.runs.cancel(thread_id, run_id, "cancelled through the API")
     return wire_response(await run_resource(ctx, record))
+
+
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/fork",
+    status_code=202,
+    response_model=RunResource,
+    responses=_WAITED,
+    tags=["runs"],
+)
+async def fork_run(
+    thread_id: VisibleThread,
+    run_id: RunId,
+    body: ForkRequest,
+    ctx: Context,
+    caller: Caller,
+    wait: Wait = False,
+) -> Response:
+    """Run the run again from `stepId` (with `args` for that step, or other `options`) as
+    a new run of the thread: every finished step not downstream of it keeps its stored
+    output; the rest runs. 202 with the new run (its `forkedFrom` names the original), or
+    `wait=true`: its response. An unknown run or step: 404; arguments that make the plan
+    invalid: 422; a run active on the thread: 409."""
+    await _get_run(ctx, thread_id, run_id)
+    _check_webhook(ctx, body.webhook)
+    options = body.options.model_dump(exclude_none=True) if body.options else {}
+    if not caller.admin:
+        options["user_id"] = caller.user
+    try:
+        active = await ctx.runs.fork(
+            thread_id, run_id, body.step_id, body.args, options or None, body.webhook
+        )
+    except ForkError as exc:
+        status = 404 if exc.code in ("FORK_RUN_NOT_FOUND", "FORK_STEP_NOT_FOUND") else 422
+        raise Problem(status, exc.message, code=str(exc.code)) from None
+    except ThreadBusyError:
+        raise _thread_busy(thread_id) from None
+    return await _answer(ctx, thread_id, active.run_id, active.wait() if wait else None)
 
 
 @router.get(

@@ -24,6 +24,7 @@ from art.tooling.contract import ToolSchema
 
 __all__ = [
     "DecisionRequest",
+    "ForkRequest",
     "PlanRequest",
     "PlanResource",
     "QueuedRunResource",
@@ -74,6 +75,17 @@ class RunRequest(_Request):
         "`enqueue` (run after it), `interrupt` (cancel it, keeping its finished steps, then "
         "run) or `rollback` (cancel and delete it, then run).",
     )
+
+
+class ForkRequest(_Request):
+    """Run a stored run again from one step, as a new run of the thread."""
+
+    step_id: str = Field(max_length=200, description="The step to run again, with all downstream.")
+    args: dict[str, Any] | None = Field(
+        default=None, description="Arguments for that step instead of its own."
+    )
+    options: RunOptions | None = None
+    webhook: str | None = Field(default=None, max_length=2_048)
 
 
 class QueuedRunResource(ArtModel):

@@ -127,6 +127,20 @@ class RunManager:
         coro = self.instance.aprocess(query, thread_id, options)
         return await self._launch(thread_id, coro, webhook)
 
+    async def fork(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_id: str,
+        args: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+        webhook: str | None = None,
+    ) -> ActiveRun:
+        """Start a fork of `run_id` from `step_id` (see `ArtInstance.afork`); raises its
+        ForkError or ThreadBusyError when the fork cannot start."""
+        coro = self.instance.afork(thread_id, run_id, step_id, args=args, options=options)
+        return await self._launch(thread_id, coro, webhook)
+
     def enqueue(
         self,
         thread_id: str,

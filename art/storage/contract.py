@@ -26,6 +26,15 @@ RunState = Literal["running", "suspended", "completed", "partial", "failed", "ab
 ACTIVE_RUN_STATES: frozenset[str] = frozenset({"running", "suspended"})
 
 
+class ForkOrigin(ArtModel):
+    """Where a fork came from: the run and step it was forked from, and the arguments it
+    gave that step (None: the step's own)."""
+
+    run_id: str
+    step_id: str
+    args: JsonDict | None = None
+
+
 class RunRecord(ArtModel):
     """One `process` call on a thread, from plan to answer, as stored."""
 
@@ -55,6 +64,8 @@ class RunRecord(ArtModel):
     duration_ms: float = 0.0
     error: RunError | None = None
     answer: str | None = None
+    # A fork's origin (`ArtInstance.afork`); None for a run of its own.
+    forked_from: ForkOrigin | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

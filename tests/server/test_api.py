@@ -285,6 +285,7 @@ def test_the_openapi_document_describes_every_resource(server: Server) -> None:
         ("/threads/{thread_id}/runs/{run_id}", "get"),
         ("/threads/{thread_id}/runs/{run_id}/wait", "get"),
         ("/threads/{thread_id}/runs/{run_id}/cancel", "post"),
+        ("/threads/{thread_id}/runs/{run_id}/fork", "post"),
         ("/threads/{thread_id}/runs/{run_id}/events", "get"),
         ("/threads/{thread_id}/suspensions", "get"),
         ("/threads/{thread_id}/suspensions/{suspension_id}/decision", "post"),
