@@ -32,6 +32,7 @@ from art.server.models import (
 )
 from art.server.problems import Problem, ProblemBody
 from art.server.settings import THREAD_ID_PATTERN, valid_thread_id
+from art.server.sse import sse_event, sse_response
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StoredEvent
 
 __all__ = ["event_stream", "router", "run_resource"]
@@ -351,12 +352,10 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
 
     async def encoded() -> AsyncIterator[ServerSentEvent]:
         async for event in events:
-            yield ServerSentEvent(
-                data=wire_json(event).decode(), event=event.name, id=str(event.seq)
-            )
+            yield sse_event(wire_json(event).decode(), event=event.name, id=str(event.seq))
 
-    return EventSourceResponse(
-        encoded(), ping=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}
+    return sse_response(
+        encoded(), ping_s=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}
     )
 
 

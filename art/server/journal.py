@@ -43,6 +43,8 @@ log = get_logger("art.server")
 #: JSON is stored as its text cut to this length; the full value is in the step record.
 MAX_VALUE_CHARS = 20_000
 _NOT_JOURNALED = frozenset({"chunk:before", "chunk:after"})
+# Events whose `output` is kept as a value (cut like any other), not as the engine's text.
+_OUTPUT_VALUES = frozenset({"step:status", "tool:update"})
 
 
 def _bounded(value: Any, limit: int = MAX_VALUE_CHARS) -> Any:
@@ -88,6 +90,9 @@ def stored_event(event: Event, redact: Callable[[Any], Any]) -> StoredEvent:
         redact,
     )
     stored.data = {k: v if k == "plan" else _bounded(v) for k, v in stored.data.items()}
+    if event.name in _OUTPUT_VALUES and "output" in event.data:
+        # The value, not the engine's text of it: clients rebuild step state from these.
+        stored.data["output"] = _bounded(event.data["output"])
     return stored
 
 

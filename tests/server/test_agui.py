@@ -84,6 +84,14 @@ def test_a_run_streams_as_valid_ag_ui_events_then_an_interrupt_and_a_resume(
     ]
     second = post(server, run_input("t-agui", resume=resume))
 
+    [answered] = of(second, "TOOL_CALL_RESULT")[:1]
+    assert answered.tool_call_id == interrupt.tool_call_id  # the call the person answered
+    assert '"approved": true' in answered.content and '"Add!"' in answered.content
+    opening = of(second, "STATE_SNAPSHOT")[0].snapshot
+    assert opening["runId"] == snapshot["runId"] == finished.result["runId"]
+    assert opening["steps"]["s3"]["status"] == "waiting"
+    assert opening["steps"]["s4"]["status"] == "pending"  # not yet run when the stream opens
+    assert [d["output"]["rows"] for d in opening["display"]] == [[["17 x 23", 391]]]
     text = "".join(e.delta for e in of(second, "TEXT_MESSAGE_CONTENT"))
     assert text == "It is 403."
     last = second[-1]
@@ -93,6 +101,7 @@ def test_a_run_streams_as_valid_ag_ui_events_then_an_interrupt_and_a_resume(
     final_state = of(second, "STATE_SNAPSHOT")[-1].snapshot
     assert final_state["steps"]["s4"]["status"] == "completed"
     assert final_state["status"] == "success"
+    assert final_state["display"] == opening["display"]
     assert {e.step_name for e in of(second, "STEP_FINISHED")} == {"s4"}
 
 
