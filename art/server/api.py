@@ -174,10 +174,21 @@ async def _get_run(ctx: ServerContext, thread_id: str, run_id: str) -> RunRecord
 async def list_runs(thread_id: ThreadId, ctx: Context) -> Response:
     """The thread's runs, oldest first."""
     records = await ctx.instance.storage.list_runs(thread_id)
+    if not records:
+        await _require_thread(ctx, thread_id)
     return wire_response([await run_resource(ctx, record) for record in records])
 
 
+async def _require_thread(ctx: ServerContext, thread_id: str) -> None:
+    """404 unless the thread has a run or a message."""
+    storage = ctx.instance.storage
+    if not await storage.list_runs(thread_id) and not await storage.get_history(thread_id):
+        raise Problem(404, f"no thread {thread_id!r}")
+
+
 def _check_query(ctx: ServerContext, query: str) -> None:
+    if not query.strip():
+        raise Problem(422, "the query is empty", code="QUERY_EMPTY")
     limit = ctx.settings.max_query_chars
     if len(query) > limit:
         raise Problem(
@@ -366,6 +377,8 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
 async def list_suspensions(thread_id: ThreadId, ctx: Context) -> Response:
     """The suspended run's pending suspensions (blocking steps waiting for a person)."""
     state = await ctx.instance.acheck_for_suspended_state(thread_id)
+    if state is None:
+        await _require_thread(ctx, thread_id)
     return wire_response(SuspensionList(suspensions=state.suspensions if state else []))
 
 

@@ -32,7 +32,7 @@ from art.core.log import get_logger
 from art.core.serialization import safe_stringify, truncate
 from art.observe.event_log import stored_events
 from art.observe.events import Event
-from art.responses import AgentFinalResponse, ConversationMessage, StepRecord
+from art.responses import AgentFinalResponse, ConversationMessage, StepRecord, utcnow
 from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension, ThreadSummary
 
 __all__ = ["MAX_VALUE_CHARS", "EventJournal", "JournaledStorage", "stored_event"]
@@ -209,10 +209,13 @@ class JournaledStorage(StorageAdapter):
     async def list_runs(self, thread_id: str) -> list[RunRecord]:
         return await self.inner.list_runs(thread_id)
 
+    # A run's record says when it last changed (the engine leaves that to storage).
     async def update_run(self, run: RunRecord) -> None:
+        run.updated_at = utcnow()
         await self.inner.update_run(run)
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        run.updated_at = utcnow()
         await self.inner.finish_run(run, messages)
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:

@@ -68,6 +68,8 @@ def _query(request: ChatRequest, threaded: bool) -> str:
     if last_user is None:
         raise Problem(422, "the messages have no user message to answer")
     question = _text(request.messages[last_user])
+    if not question.strip():
+        raise Problem(422, "the last user message is empty", code="QUERY_EMPTY")
     earlier = [m for m in request.messages[:last_user] if m.role in ("user", "assistant")]
     if threaded or not earlier:
         return question
