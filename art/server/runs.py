@@ -100,8 +100,7 @@ class RunManager:
                 raise
             raise Problem(
                 409,
-                f"suspension {suspension_id!r} was decided already ({decided}); the run "
-                "continues",
+                f"suspension {suspension_id!r} was decided already ({decided}); the run continues",
                 code=RunErrorCode.SUSPENSION_ALREADY_DECIDED,
             ) from None
 
