@@ -54,7 +54,7 @@ from art.server.context import ServerContext, get_context
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
-from art.server.sse import sse_event, sse_response
+from art.server.sse import sse_event
 from art.storage.contract import RunRecord, StoredEvent, Suspension
 
 __all__ = ["DECISION_SCHEMA", "AgUiTranslator", "router"]
@@ -424,7 +424,7 @@ async def run_agent(run_input: RunAgentInput, ctx: Context) -> Response:
         for event in translator.interrupted("the run stopped before it ended; send it again"):
             yield _sse(event)
 
-    return sse_response(events(), ping_s=ctx.settings.ping_interval_s)
+    return ctx.streams.response(events(), ping_s=ctx.settings.ping_interval_s)
 
 
 async def _launch(

@@ -32,7 +32,7 @@ from art.server.models import (
 )
 from art.server.problems import Problem, ProblemBody
 from art.server.settings import THREAD_ID_PATTERN, valid_thread_id
-from art.server.sse import sse_event, sse_response
+from art.server.sse import sse_event
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StoredEvent
 
 __all__ = ["event_stream", "router", "run_resource"]
@@ -365,7 +365,7 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
         async for event in events:
             yield sse_event(wire_json(event).decode(), event=event.name, id=str(event.seq))
 
-    return sse_response(
+    return ctx.streams.response(
         encoded(), ping_s=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}
     )
 

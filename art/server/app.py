@@ -26,6 +26,7 @@ from art.server.problems import install_problem_handlers
 from art.server.runs import RunManager
 from art.server.security import KeyCheck, RequestGuard, allowed_hosts
 from art.server.settings import ServerSettings
+from art.server.sse import EventStreams
 
 __all__ = ["STATIC_DIR", "create_app"]
 
@@ -62,6 +63,7 @@ def create_app(
         journal=journal,
         feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
         runs=RunManager(instance, journal),
+        streams=EventStreams(),
     )
 
     @asynccontextmanager

@@ -26,7 +26,7 @@ from art.server.context import ServerContext, get_context
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
-from art.server.sse import sse_event, sse_response
+from art.server.sse import sse_event
 
 __all__ = ["ChatRequest", "router"]
 
@@ -107,7 +107,7 @@ async def chat_completions(
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         chunks = _chunks(ctx, active, completion_id, body.model, include_usage)
-        return sse_response(chunks, ping_s=ctx.settings.ping_interval_s)
+        return ctx.streams.response(chunks, ping_s=ctx.settings.ping_interval_s)
     response = await active.wait()
     meta = response.metadata
     if meta.status == "error":

@@ -17,6 +17,9 @@ from art.server.settings import ServerSettings
 
 __all__ = ["serve", "serve_in_thread"]
 
+# How long shutdown waits for open event streams to end their bodies.
+_STREAMS_CLOSE_S = 2.0
+
 
 class _Server(uvicorn.Server):
     """uvicorn's server, telling the app's runs to drain the moment shutdown begins (new
@@ -37,6 +40,8 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.context.runs.begin_drain(self.context.settings.grace_s)
+        # Streams end their bodies before uvicorn closes the connections under them.
+        await self.context.streams.close(timeout_s=_STREAMS_CLOSE_S)
         await super().shutdown(sockets)
 
 

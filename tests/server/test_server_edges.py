@@ -6,9 +6,11 @@ are public, and the URL printed only once the server accepts connections."""
 from __future__ import annotations
 
 import re
-import socket
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,31 @@ def test_openai_errors_have_openai_s_shape(make_server: Any) -> None:
     assert empty.value.code == "QUERY_EMPTY" and empty.value.type == "invalid_request_error"
 
 
+def start_serve(tmp_path: Path, *args: str, before: str = "") -> tuple[subprocess.Popen[str], str]:
+    """`art serve` in a process of its own (after running `before`), and the URL it printed
+    (read at once: the server is expected to accept connections by then)."""
+    code = f"{before}\nfrom art.cli.app import main\nmain()"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", "--port", "0", "--log-level", "warning", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert process.stderr is not None
+    printed = ""
+    while not (found := re.search(r"art serve: (http://\S+?)/ ", printed)):
+        line = process.stderr.readline()
+        assert line, f"art serve ended: {printed}"
+        printed += line
+    return process, found.group(1)
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        process.wait(30)
+
+
 def test_serve_resolves_model_and_tools_specs_like_run(tmp_path: Path) -> None:
     agent = tmp_path / "agent.py"
     agent.write_text(
@@ -94,46 +121,59 @@ def test_serve_resolves_model_and_tools_specs_like_run(tmp_path: Path) -> None:
         "model = ScriptedModel(planning={'steps': [{'id': 's1', 'tool': 'calculator',"
         " 'args': {'expression': '6 * 7'}}]}, synthesis='It is 42.')\n"
     )
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from art.cli.app import main; main()",
-            "serve",
-            "--model",
-            f"{agent}:model",
-            "--port",
-            str(port),
-            "--storage",
-            "memory://",
-            "--log-level",
-            "warning",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    )
+    process, url = start_serve(tmp_path, "--model", f"{agent}:model", "--storage", "memory://")
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        url = re.search(r"art serve: (http://\S+?)/ ", line)
-        assert url, line
-        # Printed once it accepts connections: connect at once, no retry.
-        with httpx.Client(base_url=url.group(1), timeout=60) as client:
+        with httpx.Client(base_url=url, timeout=60) as client:
             done = client.post("/threads/t-file/runs?wait=true", json={"query": "6*7?"}).json()
     finally:
-        process.terminate()
-        process.wait(30)
+        stop(process)
 
     assert done["metadata"]["status"] == "success", done["metadata"].get("error")
     assert done["response"]["content"] == "It is 42."
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def test_serve_prints_its_url_once_it_accepts_connections(tmp_path: Path) -> None:
+    # Storage that takes a second to open: the server starts that long after binding.
+    slow = (
+        "import asyncio\n"
+        "from art.server.journal import JournaledStorage\n"
+        "opening = JournaledStorage.open\n"
+        "async def slow_open(self):\n"
+        "    await asyncio.sleep(1.0)\n"
+        "    await opening(self)\n"
+        "JournaledStorage.open = slow_open\n"
+    )
+    process, url = start_serve(tmp_path, "--storage", "memory://", before=slow)
+    try:
+        health = httpx.get(f"{url}/healthz", timeout=10)  # at once, no retry
+    finally:
+        stop(process)
+
+    assert health.json() == {"status": "ok"}
+
+
+def test_on_sigterm_open_streams_end_with_a_clean_close(tmp_path: Path) -> None:
+    process, url = start_serve(tmp_path, "--storage", "memory://", "--grace", "2")
+    ended: dict[str, Any] = {}
+
+    def read(path: str) -> None:
+        try:
+            with httpx.stream("GET", f"{url}{path}", timeout=30) as response:
+                ended[path] = ("closed", response.status_code, b"".join(response.iter_raw()))
+        except httpx.HTTPError as exc:
+            ended[path] = ("broken", repr(exc))
+
+    paths = ["/threads/t-a/events", "/threads/t-b/events"]
+    readers = [threading.Thread(target=read, args=(path,)) for path in paths]
+    for reader in readers:
+        reader.start()
+    time.sleep(1.0)  # both streams open
+    process.send_signal(signal.SIGTERM)
+    process.wait(30)
+    for reader in readers:
+        reader.join(10)
+
+    assert ended == {path: ("closed", 200, b"") for path in paths}
 
 
 def test_cors_allows_the_thread_header_and_the_openai_sdk_s_headers(make_server: Any) -> None:
