@@ -4,7 +4,8 @@ the real `art serve` command with `--model` naming it and `--tools` naming `tool
 
     python tests/server/scripted_serve.py --storage postgresql://... --port 0 --grace 2
 
-The planner answers by the query: "approve ..." plans an approval; "table ..." plans a
+The planner answers by the query: "approve ..." plans an approval (then a 1.5 s `work`
+step with "slowly"); "table ..." plans a
 product shown as a table, an approval, then a sum; "work 0.5 4 ..." plans
 a chain of `work` steps, each working that many seconds. The `work` tool appends
 `started|finished <thread> <step> <pid>` to $ART_TEST_WORK_LOG.
@@ -78,12 +79,14 @@ TABLE_PLAN: dict[str, Any] = {
 def plan_for(messages: list[dict[str, Any]], metadata: dict[str, Any]) -> dict[str, Any]:
     query = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     if "approve" in query:
-        return {
-            "steps": [
-                {"id": "s1", "tool": "ask_human", "args": {"question": "Go on?"}},
-                {"id": "s2", "tool": "calculator", "args": {"expression": "6 * 7"}},
-            ]
-        }
+        # "slowly": the step after the approval works for 1.5 s (the resumed run holds
+        # the thread meanwhile).
+        after = (
+            {"id": "s2", "tool": "work", "args": {"seconds": 1.5}, "dependsOn": ["s1"]}
+            if "slowly" in query
+            else {"id": "s2", "tool": "calculator", "args": {"expression": "6 * 7"}}
+        )
+        return {"steps": [{"id": "s1", "tool": "ask_human", "args": {"question": "Go on?"}}, after]}
     if "table" in query:
         return TABLE_PLAN
     seconds = [float(s) for s in re.findall(r"\d+(?:\.\d+)?", query.split("work", 1)[-1])]

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,22 @@ def test_the_ag_ui_client_runs_an_agent_through_an_interrupt_to_the_stored_state
         for d in run["display"]
     ]
     assert state["display"][0]["output"]["rows"] == [["17 x 23", 391]]
+
+
+def test_without_the_client_ci_fails_saying_what_to_install(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CI": "true", "ART_TEST_AGUI_NODE_DIR": str(tmp_path / "none")}
+    test = test_the_ag_ui_client_runs_an_agent_through_an_interrupt_to_the_stored_state
+    named = f"{Path(__file__).relative_to(root)}::{test.__name__}"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", named, "--slow", "-p", "no:cacheprovider", "-q"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 1, done.stdout
+    assert "install it with: bash .ci/agui-client.sh" in done.stdout
