@@ -139,6 +139,21 @@ class AgUiTranslator:
                 sid: r.result.call_id for sid, r in record.steps.items() if r.result is not None
             }
             events.append(StateSnapshotEvent(snapshot=self.state))
+            events += self._answered_before(run_input, record)
+        return events
+
+    def _answered_before(self, run_input: RunAgentInput, record: RunRecord) -> list[BaseEvent]:
+        """The results of the calls this input answered that the engine applied before the
+        session began (every `resume` entry but the last is recorded on its own)."""
+        answered = {entry.interrupt_id for entry in run_input.resume or ()}
+        events: list[BaseEvent] = []
+        for step in record.steps.values():
+            result = step.result
+            if result is None or result.metadata.get("suspension_id") not in answered:
+                continue
+            if step.status in ("completed", "failed"):
+                error = step.reason if step.status == "failed" else None
+                events += self._tool_result(result.call_id, {"result": step.output, "error": error})
         return events
 
     def interrupted(self, message: str) -> list[BaseEvent]:

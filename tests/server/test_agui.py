@@ -128,3 +128,35 @@ def test_a_busy_thread_and_an_input_without_a_question_are_problems(make_server:
     assert empty.status_code == 422 and "user message" in empty.json()["detail"]
     assert bad.status_code == 422
     server.gate.opened.set()
+
+
+def test_every_answered_interrupt_gets_its_tool_call_result(make_server: Any) -> None:
+    server = make_server(
+        {
+            "steps": [
+                {"id": "s1", "tool": "ask_human", "args": {"question": "First?"}},
+                {"id": "s2", "tool": "ask_human", "args": {"question": "Second?"}},
+                {"id": "s3", "tool": "calculator", "args": {"expression": "1 + 1"}},
+            ]
+        }
+    )
+    first = post(server, run_input("t-agui-two", "two questions"))
+    interrupts = first[-1].outcome.interrupts
+    calls = {
+        e.tool_call_id for e in of(first, "TOOL_CALL_START") if e.tool_call_name == "ask_human"
+    }
+    assert {i.tool_call_id for i in interrupts} == calls and len(calls) == 2
+
+    resume = [
+        {"interruptId": interrupts[0].id, "status": "resolved", "payload": {"approved": True}},
+        {"interruptId": interrupts[1].id, "status": "cancelled", "payload": {"reason": "no"}},
+    ]
+    second = post(server, run_input("t-agui-two", resume=resume))
+
+    results = {e.tool_call_id: e.content for e in of(second, "TOOL_CALL_RESULT")}
+    assert '"approved": true' in results[interrupts[0].tool_call_id]
+    assert results[interrupts[1].tool_call_id].startswith("error: rejected")
+    final = of(second, "STATE_SNAPSHOT")[-1].snapshot["steps"]
+    by_call = {i.tool_call_id: i.metadata["stepId"] for i in interrupts}
+    assert final[by_call[interrupts[0].tool_call_id]]["status"] == "completed"
+    assert final[by_call[interrupts[1].tool_call_id]]["status"] == "failed"
