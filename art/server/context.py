@@ -12,6 +12,7 @@ from art.server.journal import EventJournal
 from art.server.principals import ThreadAccess
 from art.server.runs import RunManager
 from art.server.settings import ServerSettings
+from art.server.sse import EventStreams
 
 __all__ = ["ServerContext", "get_context"]
 
@@ -24,6 +25,7 @@ class ServerContext:
     feed: EventFeed
     runs: RunManager
     threads: ThreadAccess
+    streams: EventStreams
 
     @property
     def display_tools(self) -> frozenset[str]:
