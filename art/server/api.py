@@ -312,6 +312,13 @@ async def start_run(
         options["user_id"] = caller.user
     _check_webhook(ctx, body.webhook)
     await ctx.threads.claim(caller, thread_id)
+    if body.multitask_strategy == "enqueue" and ctx.settings.enqueue_to_queue:
+        handle = await ctx.instance.asubmit(body.query, thread_id, options or None)
+        if wait:
+            return wire_response(await run_resource(ctx, await handle.result()))
+        resource = QueuedRunResource(run_id=handle.id, thread_id=thread_id)
+        headers = {"Location": f"threads/{thread_id}/runs/{handle.id}"}
+        return Response(wire_json(resource), 202, headers=headers, media_type="application/json")
     if body.multitask_strategy == "enqueue":
         queued = ctx.runs.enqueue(thread_id, body.query, options or None, body.webhook)
         if wait:

@@ -95,6 +95,14 @@ def serve_command(
             "Default: runs cannot name one.",
         ),
     ] = None,
+    enqueue_to_queue: Annotated[
+        bool,
+        typer.Option(
+            "--enqueue-to-queue",
+            help="multitaskStrategy enqueue puts runs in the run queue, for `art worker` "
+            "(default: they wait in this process).",
+        ),
+    ] = False,
     no_auth: Annotated[
         bool,
         typer.Option(
@@ -189,6 +197,7 @@ def serve_command(
             api_keys=list(api_keys or keys_from_env()),
             user_keys=parse_user_keys(user_keys) if user_keys else user_keys_from_env(),
             webhook_url=webhook,
+            enqueue_to_queue=enqueue_to_queue,
             webhook_secret=os.environ.get(WEBHOOK_SECRET_ENV) or None,
             webhook_allowed_prefixes=list(webhook_allow or []),
             allow_unauthenticated=no_auth,

@@ -183,6 +183,10 @@ class JournaledStorage(StorageAdapter):
         self.url = inner.url
         self.journal = journal
 
+    @property
+    def backing(self) -> StorageAdapter:
+        return self.inner.backing
+
     def __repr__(self) -> str:
         return f"JournaledStorage({self.inner!r})"
 

@@ -119,6 +119,9 @@ class ServerSettings:
     ping_interval_s: float = 15.0
     #: The path prefix a reverse proxy serves the app under (ASGI root_path).
     root_path: str = ""
+    #: `multitaskStrategy: enqueue` puts the run in the instance's run queue (`art worker`
+    #: runs it; on SQLite this process too) instead of waiting in this server process.
+    enqueue_to_queue: bool = False
     #: A URL called when any run this server executes ends or suspends.
     webhook_url: str | None = None
     #: The key of each delivery's HMAC signature (X-Art-Signature); None: unsigned.

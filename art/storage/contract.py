@@ -144,6 +144,12 @@ class StorageAdapter(ABC):
 
     url: str = ""
 
+    @property
+    def backing(self) -> StorageAdapter:
+        """The adapter that keeps the data: this one, or the one a wrapper (`art serve`'s
+        journal) passes every call to. Queued runs choose their queue by it."""
+        return self
+
     async def open(self) -> None:  # noqa: B027 - optional for adapters with nothing to open
         """Connect and migrate. Idempotent."""
 

@@ -132,3 +132,34 @@ def test_an_unknown_strategy_is_refused(busy_server: tuple[Server, httpx.Client,
     refused = second(client, "elbow")
     assert refused.status_code == 422
     server.gate.opened.set()
+
+
+def test_enqueue_to_the_queue_runs_after_the_current_run(
+    make_server: Callable[..., Server], tmp_path: Any
+) -> None:
+    from art.server import ServerSettings
+
+    storage = f"sqlite:///{tmp_path / 'art.db'}"
+    settings = ServerSettings(poll_interval_s=0.1, enqueue_to_queue=True)
+    server = make_server(GATE_PLAN, storage=storage, settings=settings)
+    client = server.client()
+    first = client.post("/threads/t-q/runs", json={"query": "through the gate"}).json()["runId"]
+    assert server.gate.entered.wait(10)
+
+    queued = client.post(
+        "/threads/t-q/runs", json={"query": "the second question", "multitaskStrategy": "enqueue"}
+    )
+
+    assert queued.status_code == 202, queued.text
+    assert queued.json()["status"] == "queued"
+    time.sleep(0.5)  # the queue's worker (in this process, on SQLite) waits for the thread
+    assert len(client.get("/threads/t-q/runs").json()) == 1
+    server.gate.opened.set()
+    deadline = time.monotonic() + 20
+    while (
+        len(runs := client.get("/threads/t-q/runs").json()) < 2 or runs[1]["status"] != "completed"
+    ):
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.1)
+    assert [r["runId"] for r in runs] == [first, queued.json()["runId"]]
+    assert runs[0]["status"] == "completed"
