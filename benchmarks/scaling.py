@@ -16,7 +16,6 @@ import statistics
 import sys
 
 from benchmarks.art_side import (
-    GC_CLOCK,
     LlmClock,
     create_instance,
     quiet_logging,
@@ -43,10 +42,9 @@ async def measure(sizes: list[int], repeats: int) -> dict[int, dict[str, float]]
                 await run_once(bench, clock, expected_steps=n)
             for _ in range(repeats):
                 for n, bench in benches.items():
-                    gc_started = GC_CLOCK.seconds
                     run = await run_once(bench, clock, expected_steps=n)
                     per_step[n].append(run.overhead_s() / n * US)
-                    gc_per_step[n].append((GC_CLOCK.seconds - gc_started) / n * US)
+                    gc_per_step[n].append(run.gc_cpu_s / n * US)
         finally:
             for bench in benches.values():
                 await bench.close()

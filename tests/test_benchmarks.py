@@ -255,3 +255,21 @@ def test_instructions_per_step_are_counted_in_valgrind() -> None:
     # Reading and running a plan costs a few hundred thousand instructions per step (about
     # 340,000 here when measured); an import counted in would be far outside the range.
     assert 50_000 < counted < 2_000_000
+
+
+@pytest.mark.slow
+def test_the_scaling_figure_compares_two_chain_lengths() -> None:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scaling", "--steps", "20", "60", "--repeats", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("chain-20: ") and lines[1].startswith("chain-60: ")
+    assert lines[2].startswith("chain-60 / chain-20: ") and lines[2].endswith(" x per step")
