@@ -43,7 +43,7 @@ from art.storage.contract import (
     Suspension,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json
+from art.storage.opening import dump_json, load_json, load_json_as
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
 
@@ -190,7 +190,7 @@ _STEPS: TypeAdapter[list[tuple[str, StepRecord]]] = TypeAdapter(list[tuple[str, 
 
 def _load_run(data: str, steps: str) -> RunRecord:
     run = load_json(RunRecord, data)
-    run.steps = dict(_STEPS.validate_json(steps))
+    run.steps = dict(load_json_as(_STEPS, steps))
     return run
 
 
