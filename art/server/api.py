@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi import Path as PathParam
+from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
@@ -186,6 +187,16 @@ def _check_query(ctx: ServerContext, query: str) -> None:
         )
 
 
+def _check_execution_config(ctx: ServerContext, overrides: dict[str, Any]) -> None:
+    """Refuse overrides that would raise a limit the operator set (422)."""
+    try:
+        ctx.instance.config.execution_config.within(overrides)
+    except ValidationError as exc:
+        raise Problem(422, f"invalid executionConfig: {exc}", code="CONFIG_ERROR") from None
+    except ValueError as exc:
+        raise Problem(422, str(exc), code="LIMIT_RAISED") from None
+
+
 @router.post(
     "/threads/{thread_id}/runs",
     status_code=202,
@@ -201,6 +212,8 @@ async def start_run(
     THREAD_BUSY. The same query as the thread's interrupted run continues that run."""
     _check_query(ctx, body.query)
     options = body.options.model_dump(exclude_none=True) if body.options else None
+    if options and "execution_config" in options:
+        _check_execution_config(ctx, options["execution_config"])
     active = await ctx.runs.start(thread_id, body.query, options)
     return await _answer(ctx, active.thread_id, active.run_id, active.wait() if wait else None)
 

@@ -101,6 +101,15 @@ def serve_command(
     max_query_chars: Annotated[
         int, typer.Option("--max-query-chars", metavar="N", help="Longest query.")
     ] = 32_000,
+    execution_config: Annotated[
+        str | None,
+        typer.Option(
+            "--execution-config",
+            metavar="JSON",
+            help="The engine's limits as a JSON object, e.g. '{\"max_plan_attempts\": 2}' "
+            "(see ExecutionConfig); a client's executionConfig may lower them, not raise them.",
+        ),
+    ] = None,
     root_path: Annotated[
         str,
         typer.Option(
@@ -160,6 +169,8 @@ def serve_command(
             fields["model"] = model
         if storage:
             fields["storage"] = storage
+        if execution_config:
+            fields["execution_config"] = _execution_config(execution_config)
         app = create_app(settings=settings, **fields)
     except (CliError, ConfigurationError) as exc:
         code = exc.code if isinstance(exc, CliError) else str(exc.code)
@@ -174,6 +185,18 @@ def serve_command(
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
     )
+
+
+def _execution_config(text: str) -> object:
+    import json
+
+    from art.cli.app import CliError
+    from art.config import ExecutionConfig
+
+    try:
+        return ExecutionConfig.model_validate(json.loads(text))
+    except ValueError as exc:  # bad JSON, or a pydantic ValidationError
+        raise CliError("CONFIG_ERROR", f"--execution-config: {exc}") from None
 
 
 def _builtin_tools() -> list[object]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from .conftest import APPROVAL_PLAN
 
 
@@ -37,3 +39,105 @@ def test_a_decision_nested_too_deep_is_refused_and_the_thread_stays_readable(
     done = client.post(path, params={"wait": "true"}, json={"approved": True}).json()
     assert done["metadata"]["status"] == "success"
     assert client.get("/threads/t-deep").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"maxPlanAttempts": 200},
+        {"stepTimeoutS": None},
+        {"llmMaxRetries": 1e6},
+        {"max_replans": 1e6},
+        {"llmTimeoutS": 3600},
+        {"maxPlanSteps": 10**9},
+    ],
+)
+def test_execution_config_from_a_client_cannot_raise_the_operators_limits(
+    make_server: Any, overrides: dict[str, Any]
+) -> None:
+    server = make_server()
+    client = server.client()
+    body = {"query": "go", "options": {"executionConfig": overrides}}
+
+    refused = client.post("/threads/t-limits/runs", json=body)
+
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["code"] == "LIMIT_RAISED"
+    assert "may lower this server's limits, not raise them" in refused.json()["detail"]
+    assert server.model.calls == []
+    assert client.get("/threads/t-limits").status_code == 404
+
+
+def test_execution_config_from_a_client_may_lower_the_operators_limits(make_server: Any) -> None:
+    server = make_server()
+    client = server.client()
+    lowered = {"maxPlanAttempts": 1, "stepTimeoutS": 5, "llmMaxRetries": 0, "maxReplans": 0}
+    body = {"query": "go", "options": {"executionConfig": lowered}}
+    done = client.post("/threads/t-lower/runs?wait=true", json=body)
+    assert done.status_code == 200, done.text
+    assert done.json()["metadata"]["status"] == "success"
+    bad = client.post(
+        "/threads/t-lower/runs", json={"query": "go", "options": {"executionConfig": {"x": 1}}}
+    )
+    assert bad.status_code == 422 and bad.json()["code"] == "CONFIG_ERROR"
+
+
+def _plan_for(messages: list[dict[str, Any]], metadata: Any) -> Any:
+    asked = " ".join(str(m["content"]) for m in messages)  # the repair requests too
+    if "many steps" in asked:
+        steps = [
+            {"id": f"s{i}", "tool": "calculator", "args": {"expression": "1"}} for i in range(30)
+        ]
+        return {"steps": steps}
+    if "long title" in asked:
+        return {"title": "t" * 2_000, "steps": []}
+    return {"steps": []}
+
+
+def test_plans_and_answers_beyond_the_operators_size_limits_are_refused_or_cut(
+    make_server: Any,
+) -> None:
+    server = make_server(_plan_for, synthesis="x" * 5_000)
+    config = server.instance.config.execution_config
+    server.instance.config.execution_config = config.merged(
+        {"max_plan_steps": 20, "max_answer_chars": 1_000}
+    )
+    client = server.client()
+    query = {"query": "many steps"}
+    too_many = client.post("/threads/t-big/runs?wait=true", json=query).json()
+    assert too_many["metadata"]["status"] == "error"
+    assert too_many["metadata"]["error"]["code"] == "PLAN_INVALID"
+    assert "the plan has 30 steps; at most 20 may run" in too_many["metadata"]["error"]["message"]
+
+    titled = client.post("/threads/t-title/runs?wait=true", json={"query": "long title"}).json()
+    assert "title is 2000 characters long" in titled["metadata"]["error"]["message"]
+
+    answered = client.post("/threads/t-answer/runs?wait=true", json={"query": "go"}).json()
+    assert answered["metadata"]["status"] == "partial"
+    assert answered["metadata"]["error"]["code"] == "ANSWER_INCOMPLETE"
+    assert len(answered["response"]["content"]) == 1_000
+    (run,) = client.get("/threads/t-answer/runs").json()
+    assert len(run["answer"]) == 1_000
+
+
+def test_the_operators_execution_config_sets_the_ceilings(
+    make_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from art.cli.app import app
+    from art.server.command import _execution_config
+
+    server = make_server()
+    server.instance.config.execution_config = _execution_config('{"max_plan_attempts": 8}')
+    client = server.client()
+    body = {"query": "go", "options": {"executionConfig": {"maxPlanAttempts": 8}}}
+    assert client.post("/threads/t-op/runs?wait=true", json=body).status_code == 200
+    body["options"]["executionConfig"] = {"maxPlanAttempts": 9}
+    refused = client.post("/threads/t-op/runs", json=body).json()
+    assert refused["code"] == "LIMIT_RAISED" and "max_plan_attempts 9 > 8" in refused["detail"]
+
+    monkeypatch.delenv("ART_API_KEYS", raising=False)
+    bad = CliRunner().invoke(app, ["serve", "--model", "m", "--execution-config", '{"x": 1}'])
+    assert bad.exit_code == 2
+    assert "error CONFIG_ERROR: --execution-config:" in bad.output
