@@ -226,7 +226,7 @@ async def _answer(
 ) -> Response:
     if waiting is not None:
         response: AgentFinalResponse = await waiting
-        return wire_response(response)
+        return wire_response(response, secrets=ctx.secrets)
     assert run_id is not None
     record = await _get_run(ctx, thread_id, run_id)
     resource = await run_resource(ctx, record)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
 from art.config import STORAGE_ENV
-from art.core.redaction import current_secrets
+from art.core.redaction import current_secrets, redact
 from art.core.serialization import escape_unencodable_data
 from art.errors import ConfigurationError
 from art.storage.contract import StorageAdapter
@@ -94,7 +94,7 @@ def open_storage(target: StorageAdapter | str | os.PathLike[str] | None = None) 
         return PostgresStorage(url)
     accepted = ", ".join(ACCEPTED_URLS)
     raise ConfigurationError(
-        f"unknown storage URL {url!r}: expected a StorageAdapter or one of {accepted} "
+        f"unknown storage URL {redact(url)!r}: expected a StorageAdapter or one of {accepted} "
         "(postgres:// also works)"
     )
 

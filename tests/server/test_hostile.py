@@ -141,3 +141,29 @@ def test_the_operators_execution_config_sets_the_ceilings(
     bad = CliRunner().invoke(app, ["serve", "--model", "m", "--execution-config", '{"x": 1}'])
     assert bad.exit_code == 2
     assert "error CONFIG_ERROR: --execution-config:" in bad.output
+
+
+SECRET = "sk-hostile0123456789abcdef"
+
+
+def test_answers_given_live_mask_the_processs_secrets_as_stored_ones_do(
+    make_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    leak = f"the key is {SECRET}"
+    server = make_server({"steps": []}, synthesis=leak)
+    client = server.client()
+
+    waited = client.post("/threads/t-secret/runs?wait=true", json={"query": "go"})
+    chat = client.post(
+        "/v1/chat/completions",
+        json={"model": "art", "messages": [{"role": "user", "content": "go"}]},
+    )
+    stored = client.get("/threads/t-secret/runs")
+
+    for response in (waited, chat, stored):
+        assert response.status_code == 200, response.text
+        assert SECRET not in response.text
+        assert SECRET[:12] not in response.text  # no part of it either
+    assert waited.json()["response"]["content"] == "the key is ***"
+    assert chat.json()["choices"][0]["message"]["content"] == "the key is ***"
