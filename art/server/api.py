@@ -367,6 +367,9 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
             yield ServerSentEvent(
                 data=wire_json(event).decode(), event=event.name, id=str(event.seq)
             )
+            # Let other requests, and the check for a client that hung up, run between
+            # events: a replay of stored events never waits for anything by itself.
+            await asyncio.sleep(0)
 
     return EventSourceResponse(
         encoded(), ping=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}

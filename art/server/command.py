@@ -101,6 +101,21 @@ def serve_command(
     max_query_chars: Annotated[
         int, typer.Option("--max-query-chars", metavar="N", help="Longest query.")
     ] = 32_000,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            metavar="SECONDS",
+            help="How long a client may take to send a whole request; a slower one is "
+            "disconnected.",
+        ),
+    ] = 10.0,
+    keep_alive: Annotated[
+        float,
+        typer.Option(
+            "--keep-alive", metavar="SECONDS", help="How long an idle connection stays open."
+        ),
+    ] = 5.0,
     execution_config: Annotated[
         str | None,
         typer.Option(
@@ -163,6 +178,8 @@ def serve_command(
             max_body_bytes=max_body_bytes,
             max_query_chars=max_query_chars,
             root_path=root_path.rstrip("/"),
+            request_timeout_s=request_timeout,
+            keep_alive_s=keep_alive,
         )
         fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
         if model:
