@@ -100,8 +100,8 @@ def test_dropped_event_streams_stop_their_replay_and_healthz_stays_quick(
     try:
         for _ in range(30):  # each reads a little of the replay, then hangs up
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-                request = f"GET /threads/t-replay/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-                sock.sendall(request.encode())
+                path = f"/threads/t-replay/runs/{run_id}/events"
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
                 assert sock.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         time.sleep(0.5)
