@@ -203,6 +203,9 @@ def to_jsonable(value: Any) -> Any:
         else:
             converted = to_jsonable_python(value)
     except Exception as exc:
+        problem = storable_problem(value)  # deeper than the converter goes, say so
+        if problem is not None:
+            raise TypeError(f"the value {problem}") from exc
         raise TypeError(
             f"a value of type {type(value).__name__} cannot be converted to JSON: {exc}; "
             "use dicts, lists, strings, numbers, booleans and None "
