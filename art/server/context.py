@@ -10,8 +10,10 @@ from art.core.redaction import Secrets, known_secrets, secrets_from_params
 from art.instance import ArtInstance
 from art.server.feed import EventFeed
 from art.server.journal import EventJournal
+from art.server.principals import ThreadAccess
 from art.server.runs import RunManager
 from art.server.settings import ServerSettings
+from art.server.sse import EventStreams
 
 __all__ = ["ServerContext", "get_context"]
 
@@ -23,6 +25,8 @@ class ServerContext:
     journal: EventJournal
     feed: EventFeed
     runs: RunManager
+    threads: ThreadAccess
+    streams: EventStreams
 
     @property
     def secrets(self) -> Secrets:
