@@ -230,7 +230,8 @@ _STEPS: TypeAdapter[list[tuple[str, StepRecord]]] = TypeAdapter(list[tuple[str, 
 
 def _load_run(data: str, steps: str) -> RunRecord:
     run = load_json(RunRecord, data)
-    run.steps = dict(load_json_as(_STEPS, steps))
+    records: list[tuple[str, StepRecord]] = load_json_as(_STEPS, steps)
+    run.steps = dict(records)
     return run
 
 

@@ -15,7 +15,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -76,6 +76,30 @@ def storable_problem(value: Any, *, max_depth: int = MAX_DATA_DEPTH) -> str | No
             elif type(child) is float and not math.isfinite(child):
                 return _NOT_FINITE
     return None
+
+
+def _has_cycle(value: Any) -> bool:
+    """Whether a dict, list or tuple in `value` holds itself, found without recursion."""
+    path: set[int] = set()
+    stack: list[tuple[Any, Iterator[Any] | None]] = [(value, None)]
+    while stack:
+        item, children = stack[-1]
+        if children is None:
+            if not isinstance(item, dict | list | tuple):
+                stack.pop()
+                continue
+            if id(item) in path:
+                return True
+            path.add(id(item))
+            children = iter(item.values() if isinstance(item, dict) else item)
+            stack[-1] = (item, children)
+        child = next((c for c in children if isinstance(c, dict | list | tuple)), None)
+        if child is None:
+            path.discard(id(item))
+            stack.pop()
+        else:
+            stack.append((child, None))
+    return False
 
 
 _NOT_FINITE = "holds NaN or an infinite number, which JSON cannot carry (use null or a string)"
@@ -203,7 +227,8 @@ def to_jsonable(value: Any) -> Any:
         else:
             converted = to_jsonable_python(value)
     except Exception as exc:
-        problem = storable_problem(value)  # deeper than the converter goes, say so
+        # Deeper than the converter goes (it says "circular reference"): say so.
+        problem = None if _has_cycle(value) else storable_problem(value)
         if problem is not None:
             raise TypeError(f"the value {problem}") from exc
         raise TypeError(

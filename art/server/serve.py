@@ -69,6 +69,7 @@ def _timed_protocol(request_timeout_s: float) -> type[H11Protocol]:
     class TimedH11Protocol(H11Protocol):
         _request_timer: asyncio.TimerHandle | None = None
 
+        # uvicorn narrows BaseProtocol's transport to asyncio.Transport, as this does.
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()

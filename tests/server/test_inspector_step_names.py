@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-from .test_inspector import browser, page, page_errors  # noqa: F401 - the fixtures
-
 pytestmark = pytest.mark.slow
 
 NAMES = ["constructor", "__proto__", "toString", "hasOwnProperty"]
@@ -36,7 +34,7 @@ PLAN = {
 
 def test_steps_named_like_object_properties_are_all_drawn(
     make_server: Any,
-    page: Any,  # noqa: F811 - the fixture imported above
+    page: Any,
     tmp_path: Path,
 ) -> None:
     server = make_server(PLAN, synthesis="done")
