@@ -553,6 +553,7 @@ class StepRunner:
         self._dependencies = dependencies
         config = deps.run.config
         self._max_attempts = 1 + config.step_max_retries
+        self._count_interrupted = config.count_interrupted_attempts
         self._backoff_s = config.retry_backoff_s
 
     async def run(self, step_id: str) -> bool:
@@ -646,8 +647,12 @@ class StepRunner:
             await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
             return
         attempt = record.attempts
-        # A run on approval follows the call that suspended: it gets attempts of its own.
-        max_attempts = self._max_attempts + (attempt if decision is not None else 0)
+        # A run on approval follows the call that suspended: it gets attempts of its own;
+        # so do attempts its process died in, when those are not counted.
+        free = decision is not None or (
+            record.status == "in_progress" and not self._count_interrupted
+        )
+        max_attempts = self._max_attempts + (attempt if free else 0)
         while True:
             attempt += 1
             if attempt > max_attempts:

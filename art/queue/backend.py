@@ -24,7 +24,7 @@ from art.errors import ConfigurationError
 if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
-    from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats
+    from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueueStats
     from art.queue.metrics import QueueMetrics
     from art.storage.contract import StorageAdapter
 
@@ -115,6 +115,10 @@ class QueueBackend(ABC):
     @abstractmethod
     async def delete_finished(self, older_than_s: float) -> int:
         """Delete this queue's jobs that ended more than `older_than_s` ago; how many."""
+
+    @abstractmethod
+    async def settle(self, run_id: str, worker_id: int, state: JobState) -> None:
+        """End a job that taking over gave `worker_id` to end (its run's end is stored)."""
 
     @abstractmethod
     def worker(

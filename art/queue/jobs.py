@@ -15,14 +15,19 @@ from art.core.models import ArtModel
 
 __all__ = [
     "FINAL_JOB_STATES",
+    "WORKER_DIED",
     "CancelOutcome",
     "JobSpec",
     "JobState",
     "JobView",
     "QueueStats",
     "RunStatus",
+    "TakeOver",
     "WorkerInfo",
 ]
+
+#: A dead-lettered job's error: its worker died running it `max_worker_deaths` times.
+WORKER_DIED = "WORKER_DIED"
 
 JobState = Literal["todo", "doing", "succeeded", "failed", "cancelled", "aborted"]
 FINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "aborted"})
@@ -74,6 +79,29 @@ class JobView:
     attempts: int  # how many times it went back to the queue (taken over, handed back)
     worker_id: int | None = None
     error: str | None = None
+    # A cancel arrived while it was on a worker (honoured by whoever runs it next).
+    abort_requested: bool = False
+    # Taken off a worker that died running other runs too: it runs alone until it ends.
+    isolated: bool = False
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """What taking over the jobs of dead workers did, for the worker to record in storage:
+    run ids put back in the queue; runs dead-lettered after `max_worker_deaths` (spec, how
+    many times); runs whose cancel had arrived (their job ended `aborted`)."""
+
+    requeued: list[str]
+    dead: list[tuple[JobSpec, int]]
+    cancelled: list[JobSpec]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [
+            *self.requeued,
+            *(s.run_id for s, _ in self.dead),
+            *(s.run_id for s in self.cancelled),
+        ]
 
 
 class WorkerInfo(ArtModel):

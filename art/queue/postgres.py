@@ -30,20 +30,34 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
+from collections import Counter
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
 from procrastinate import exceptions as pq_exceptions
+from procrastinate import job_context as pq_job_context
+from procrastinate import utils as pq_utils
 from procrastinate import worker as pq_worker
 from procrastinate.job_context import AbortReason
-from procrastinate.jobs import Job
+from procrastinate.jobs import Job, Status
 from procrastinate.schema import SchemaManager
 
 from art.adapters.postgres import fetch_value
 from art.core.log import get_logger
 from art.queue.backend import QueueBackend, QueueWorker
-from art.queue.execute import RunJob, error_retry_delay
-from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerInfo
+from art.queue.execute import RunJob, error_retry_delay, record_take_over
+from art.queue.jobs import (
+    WORKER_DIED,
+    CancelOutcome,
+    JobSpec,
+    JobState,
+    JobView,
+    QueueStats,
+    TakeOver,
+    WorkerInfo,
+)
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
@@ -69,7 +83,48 @@ CREATE TABLE IF NOT EXISTS art_queue_workers (
     started_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE UNIQUE INDEX IF NOT EXISTS art_queue_run_ids ON procrastinate_jobs ((args->>'run_id'))
-    WHERE task_name = 'art.engine.run'
+    WHERE task_name = 'art.engine.run';
+CREATE TABLE IF NOT EXISTS art_queue_attempts (
+    run_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    worker_id BIGINT,
+    worker TEXT,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    ended_at TIMESTAMPTZ,
+    outcome TEXT,
+    PRIMARY KEY (run_id, attempt)
+)
+"""
+
+# The jobs of workers silent for `seconds`, as procrastinate's `get_stalled_jobs` finds
+# them, with what taking them over needs besides.
+_STALLED = """
+SELECT j.id, j.args, j.worker_id, j.abort_requested, j.queue_name
+  FROM procrastinate_jobs j
+  LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
+ WHERE j.status = 'doing' AND j.task_name = %(task)s AND j.queue_name = ANY(%(queues)s)
+   AND (j.worker_id IS NULL
+        OR w.last_heartbeat < now() - make_interval(secs => %(seconds)s))
+"""
+# End a run's open attempt on a worker with `outcome` (recording one if its worker died before it
+# could); how many times the run's worker died running it alone, this attempt included.
+_END_ATTEMPT = """
+WITH ended AS (
+    UPDATE art_queue_attempts SET ended_at = now(), outcome = %(outcome)s
+     WHERE run_id = %(run_id)s AND ended_at IS NULL AND worker_id = %(worker_id)s
+    RETURNING outcome
+), added AS (
+    INSERT INTO art_queue_attempts (run_id, attempt, worker_id, ended_at, outcome)
+    SELECT %(run_id)s, m.next, %(worker_id)s, now(), %(outcome)s
+      FROM (SELECT COALESCE(MAX(attempt), 0) + 1 AS next FROM art_queue_attempts
+             WHERE run_id = %(run_id)s) AS m
+     WHERE %(record_missing)s AND NOT EXISTS (SELECT 1 FROM ended)
+    RETURNING outcome
+)
+SELECT (SELECT COUNT(*) FROM art_queue_attempts
+         WHERE run_id = %(run_id)s AND outcome = 'worker_died')
+     + (SELECT COUNT(*) FROM ended WHERE outcome = 'worker_died')
+     + (SELECT COUNT(*) FROM added WHERE outcome = 'worker_died') AS deaths
 """
 
 
@@ -103,6 +158,15 @@ class ProcrastinateQueue(QueueBackend):
         self.app = App(connector=self.connector)
         self._open = False
         self._open_lock: asyncio.Lock | None = None
+
+    @property
+    def alone_queue(self) -> str:
+        """Where runs that shared a worker that died wait to run alone (see `take_over`)."""
+        return f"{self.config.name}#alone"
+
+    @property
+    def queues(self) -> list[str]:
+        return [self.config.name, self.alone_queue]
 
     def __repr__(self) -> str:
         from art.adapters.postgres import _redact
@@ -156,7 +220,9 @@ class ProcrastinateQueue(QueueBackend):
 
     async def _job_row(self, run_id: str) -> dict[str, Any] | None:
         rows = await self._rows(
-            "SELECT id, status::text AS status, args, attempts, worker_id"
+            "SELECT id, status::text AS status, args, attempts, worker_id, queue_name,"
+            " (SELECT outcome FROM art_queue_attempts a WHERE a.run_id = %(run_id)s"
+            "  ORDER BY attempt DESC LIMIT 1) AS last_outcome"
             " FROM procrastinate_jobs WHERE args->>'run_id' = %(run_id)s"
             " AND task_name = 'art.engine.run'",  # the unique index's predicate, as written there
             run_id=run_id,
@@ -168,7 +234,15 @@ class ProcrastinateQueue(QueueBackend):
         if row is None:
             return None
         spec = JobSpec.from_args(row["args"])
-        return JobView(spec, row["status"], row["attempts"], row["worker_id"])
+        died = row["status"] == "failed" and row["last_outcome"] == "worker_died"
+        return JobView(
+            spec,
+            row["status"],
+            row["attempts"],
+            row["worker_id"],
+            error=WORKER_DIED if died else None,
+            isolated=row["queue_name"] == self.alone_queue,
+        )
 
     async def cancel(self, run_id: str) -> CancelOutcome:
         row = await self._job_row(run_id)
@@ -183,8 +257,8 @@ class ProcrastinateQueue(QueueBackend):
     async def stats(self) -> QueueStats:
         jobs = await self._rows(
             "SELECT status::text AS status, COUNT(*) AS n FROM procrastinate_jobs"
-            " WHERE queue_name = %(queue)s AND task_name = %(task)s GROUP BY status",
-            queue=self.config.name,
+            " WHERE queue_name = ANY(%(queues)s) AND task_name = %(task)s GROUP BY status",
+            queues=self.queues,
             task=TASK,
         )
         workers = await self._rows(
@@ -255,40 +329,108 @@ class ProcrastinateQueue(QueueBackend):
         than `older_than_s`; their events go with them (ON DELETE CASCADE)."""
         rows = await self._rows(
             "WITH gone AS (DELETE FROM procrastinate_jobs j"
-            " WHERE j.queue_name = %(queue)s AND j.task_name = %(task)s"
+            " WHERE j.queue_name = ANY(%(queues)s) AND j.task_name = %(task)s"
             " AND j.status NOT IN ('todo', 'doing')"
             " AND NOT EXISTS (SELECT 1 FROM procrastinate_events e WHERE e.job_id = j.id"
             "  AND e.at >= now() - make_interval(secs => %(seconds)s))"
             " RETURNING 1) SELECT COUNT(*) AS n FROM gone",
-            queue=self.config.name,
+            queues=self.queues,
             task=TASK,
             seconds=older_than_s,
         )
         return int(rows[0]["n"])
 
-    async def take_over(self) -> list[str]:
+    async def take_over(self, worker_id: int) -> TakeOver:
         """Put the jobs of workers silent for `stalled_after_s` back in the queue and prune
-        those workers; the run ids taken over. One worker at a time does it."""
+        those workers; one worker at a time does it. A job its dead worker ran alone is
+        charged the death: after `max_worker_deaths` it fails (dead-lettered) instead. Jobs
+        that shared the worker are not charged and go to the `alone_queue`, where each runs
+        alone on a worker. A job whose cancel had arrived is to end `aborted` (procrastinate's
+        `retry_job` would fail it). Those two go to `worker_id`, which stores the run's end,
+        then `settle`s the job."""
         manager, seconds = self.app.job_manager, self.config.stalled_after_s
-        taken: list[str] = []
+        requeued: list[str] = []
+        dead: list[tuple[JobSpec, int]] = []
+        cancelled: list[JobSpec] = []
         async with self.connector.pool.connection() as conn:
             cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", _TAKE_OVER_LOCK)
             if not await fetch_value(cursor):
-                return taken
+                return TakeOver(requeued, dead, cancelled)
             try:
-                stalled = await manager.get_stalled_jobs(
-                    queue=self.config.name, task_name=TASK, seconds_since_heartbeat=seconds
-                )
-                for job in stalled:
+                stalled = await self._rows(_STALLED, task=TASK, queues=self.queues, seconds=seconds)
+                shared = Counter(row["worker_id"] for row in stalled)
+                for row in stalled:
+                    spec = JobSpec.from_args(row["args"])
+                    alone = row["worker_id"] is not None and shared[row["worker_id"]] == 1
+                    ended = await self._rows(
+                        _END_ATTEMPT,
+                        run_id=spec.run_id,
+                        worker_id=row["worker_id"],
+                        outcome="worker_died" if alone else "worker_died_with_others",
+                        record_missing=True,
+                    )
+                    deaths = int(ended[0]["deaths"])
                     try:
-                        await manager.retry_job(job)
+                        if row["abort_requested"] or deaths >= self.config.max_worker_deaths:
+                            held = await self._rows(
+                                "UPDATE procrastinate_jobs SET worker_id = %(me)s"
+                                " WHERE id = %(id)s AND status = 'doing' RETURNING id",
+                                me=worker_id,
+                                id=row["id"],
+                            )
+                            if not held:
+                                continue
+                            if row["abort_requested"]:
+                                cancelled.append(spec)
+                            else:
+                                dead.append((spec, deaths))
+                        else:
+                            await manager.retry_job_by_id_async(
+                                row["id"],
+                                retry_at=datetime.now(UTC),
+                                queue=None if alone else self.alone_queue,
+                            )
+                            requeued.append(spec.run_id)
                     except pq_exceptions.ConnectorException:
                         continue  # it changed meanwhile (ended, or taken by another)
-                    taken.append(str(job.task_kwargs["run_id"]))
                 await manager.prune_stalled_workers(seconds)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s, %s)", _TAKE_OVER_LOCK)
-        return taken
+        return TakeOver(requeued, dead, cancelled)
+
+    async def settle(self, run_id: str, worker_id: int, state: JobState) -> None:
+        """End a job `take_over` gave this worker to end (`failed`: dead-lettered)."""
+        row = await self._job_row(run_id)
+        if row is None or row["worker_id"] != worker_id or row["status"] != "doing":
+            return
+        status = Status.FAILED if state == "failed" else Status.ABORTED
+        await self.app.job_manager.finish_job_by_id_async(row["id"], status, delete_job=False)
+
+    async def alone_waiting(self) -> bool:
+        """Whether a run waits in the `alone_queue` with no run of its thread running."""
+        rows = await self._rows(
+            "SELECT 1 AS waiting FROM procrastinate_jobs j WHERE j.queue_name = %(queue)s"
+            " AND j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now())"
+            " AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs o"
+            "  WHERE o.lock = j.lock AND o.status = 'doing') LIMIT 1",
+            queue=self.alone_queue,
+        )
+        return bool(rows)
+
+    async def start_attempt(self, run_id: str, worker_id: int, worker: str) -> None:
+        await self._rows(
+            "INSERT INTO art_queue_attempts (run_id, attempt, worker_id, worker)"
+            " SELECT %(run_id)s, COALESCE(MAX(attempt), 0) + 1, %(worker_id)s, %(worker)s"
+            " FROM art_queue_attempts WHERE run_id = %(run_id)s RETURNING attempt",
+            run_id=run_id,
+            worker_id=worker_id,
+            worker=worker,
+        )
+
+    async def end_attempt(self, run_id: str, worker_id: int, outcome: str) -> None:
+        await self._rows(
+            _END_ATTEMPT, run_id=run_id, worker_id=worker_id, outcome=outcome, record_missing=False
+        )
 
 
 class _Worker(pq_worker.Worker):
@@ -319,7 +461,7 @@ class _Worker(pq_worker.Worker):
 
     async def _fetch_and_process_jobs(self) -> None:
         try:
-            await super()._fetch_and_process_jobs()  # type: ignore[no-untyped-call]  # procrastinate's
+            await self._fetch_jobs()
         except pq_exceptions.ConnectorException:
             # Taking a job names this worker, which the others removed if they took it for
             # dead: then stop, as `look_after` would a moment later; else a real failure.
@@ -330,6 +472,64 @@ class _Worker(pq_worker.Worker):
     def look_now(self) -> None:
         self._new_job_event.set()
 
+    async def _fetch_jobs(self) -> None:
+        """procrastinate's `_fetch_and_process_jobs` (3.x), taking the runs that must run alone
+        (`ProcrastinateQueue.alone_queue`): a worker running one takes nothing else, and a
+        worker that sees one waiting takes no other run until it has emptied, then takes it."""
+        queue = self.owner.queue
+        while not self._stop_event.is_set() and self.owner.alone is None:
+            acquire = asyncio.create_task(self._job_semaphore.acquire())
+            job = None
+            try:
+                await pq_utils.wait_any(acquire, self._stop_event.wait())
+                if self._stop_event.is_set():
+                    break
+                assert self.worker_id is not None
+                manager = self.app.job_manager
+                if await queue.alone_waiting():
+                    if self._running_jobs:
+                        break  # empty first
+                    job = await manager.fetch_job(
+                        queues=[queue.alone_queue], worker_id=self.worker_id
+                    )
+                if job is None:
+                    job = await manager.fetch_job(queues=self.queues, worker_id=self.worker_id)
+            finally:
+                if (not job or self._stop_event.is_set()) and acquire.done():
+                    self._job_semaphore.release()
+                self._new_job_event.clear()
+            if not job:
+                break
+            if job.queue == queue.alone_queue:
+                self.owner.alone = job.id
+            self._start_job(job)
+
+    def _start_job(self, job: Job) -> None:
+        job_id = job.id
+        context = pq_job_context.JobContext(
+            app=self.app,
+            worker_name=self.worker_name,
+            worker_queues=self.queues,
+            additional_context=self.additional_context.copy() if self.additional_context else {},
+            job=job,
+            abort_reason=lambda: self._job_ids_to_abort.get(job_id) if job_id else None,
+            start_timestamp=time.time(),
+        )
+        task = asyncio.create_task(
+            self._process_job(context),  # type: ignore[no-untyped-call]  # procrastinate's
+            name=f"process job {job.task_name}[{job.id}]",
+        )
+        self._running_jobs[task] = context
+
+        def on_job_complete(task: asyncio.Task[Any]) -> None:
+            del self._running_jobs[task]
+            self._job_semaphore.release()
+            if self.owner.alone == job_id:
+                self.owner.alone = None
+                self._new_job_event.set()
+
+        task.add_done_callback(on_job_complete)
+
 
 class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
     """A procrastinate worker running art's `art.engine.run` jobs with one instance."""
@@ -338,6 +538,8 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
         super().__init__(*args, **kwargs)
         self._worker: _Worker | None = None
         self._stopped = False
+        # The job of a run that runs alone on this worker (see `_Worker._fetch_jobs`).
+        self.alone: int | None = None
 
     def stop(self) -> None:
         self._stopped = True
@@ -372,22 +574,33 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
 
     async def _run_job(self, context: JobContext, /, **args: Any) -> RunState:
         spec = JobSpec.from_args(args)
+        worker_id = self._worker.worker_id if self._worker is not None else None
+        assert worker_id is not None
+        await self.queue.start_attempt(spec.run_id, worker_id, self.name)
         execution = RunJob(
             self.instance, spec, busy_wait_s=self.config.poll_s, metrics=self.metrics
         )
         runner = asyncio.create_task(execution.run(), name=f"art-run:{spec.run_id}")
+        outcome = "raised"
         try:
             await asyncio.wait({runner})  # procrastinate cancels this task, not the run
         except asyncio.CancelledError:
             if context.abort_reason() == AbortReason.USER_REQUEST:
                 execution.cancel("cancelled through the queue")
                 await asyncio.wait({runner})
+                outcome = "cancelled"
                 raise pq_exceptions.JobAborted(f"run {spec.run_id} cancelled") from None
             # Shutting down past the timeout: the run stays as a crash leaves it.
             runner.cancel()
             await asyncio.wait({runner})
+            outcome = "handed_back"
             raise HandedBack(f"run {spec.run_id} handed back by a stopping worker") from None
-        return runner.result()
+        else:
+            result = runner.result()
+            outcome = execution.outcome or result
+            return result
+        finally:
+            await self.queue.end_attempt(spec.run_id, worker_id, outcome)
 
     def presumed_dead(self, worker: _Worker) -> None:
         """The other workers took this one for dead and took its runs over: stop."""
@@ -408,13 +621,13 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
                 if not await self.queue.registered(worker_id):
                     self.presumed_dead(worker)
                     return
-                taken = await self.queue.take_over()
-                if taken:
-                    log.warning("runs of a dead worker taken over", run_ids=taken)
+                taken = await self.queue.take_over(worker_id)
+                await record_take_over(self.instance.storage, taken, self.queue, worker_id)
+                if taken.run_ids:
                     worker.look_now()
                 await self.delete_finished()
                 if self.metrics is not None:
-                    self.metrics.taken_over(len(taken))
+                    self.metrics.taken_over(len(taken.run_ids))
                     if self.metrics.wants_stats():
                         self.metrics.observe(await self.queue.stats())
             except Exception:

@@ -21,7 +21,8 @@ from art.core.log import get_logger
 from art.core.spans import new_trace_id
 from art.errors import ConfigurationError, RunErrorCode
 from art.queue.backend import QueueWorker, open_backend
-from art.queue.jobs import FINAL_JOB_STATES, JobSpec, JobView, QueueStats, RunStatus
+from art.queue.execute import worker_died_error
+from art.queue.jobs import FINAL_JOB_STATES, WORKER_DIED, JobSpec, JobView, QueueStats, RunStatus
 from art.responses import RunError, utcnow
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
 from art.storage.opening import timestamp_key
@@ -329,6 +330,10 @@ def _final(record: RunRecord | None, job: JobView) -> RunRecord:
         return record
     if job.state == "cancelled":
         error = RunError(code=RunErrorCode.CANCELLED, message="cancelled before it ran")
+    elif job.state == "aborted":
+        error = RunError(code=RunErrorCode.CANCELLED, message="cancelled through the queue")
+    elif job.error == WORKER_DIED:
+        error = worker_died_error(None)
     else:
         reason = job.error or "see the worker's log"
         error = RunError(
