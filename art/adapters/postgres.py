@@ -247,6 +247,10 @@ class PostgresStorage(StorageAdapter):
                 min_size=self.min_size,
                 max_size=self.max_size,
                 kwargs={"autocommit": True, "connect_timeout": self.connect_timeout_s},
+                # A call waits at most this for a connection (the server may be gone), and
+                # a connection the server dropped is replaced before it is handed out.
+                timeout=self.connect_timeout_s,
+                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name="art",
             )

@@ -26,7 +26,7 @@ from art.core.log import get_logger
 from art.core.serialization import context_text, safe_stringify
 from art.core.spans import SpanContext
 from art.engine.execution_state import FINISHED, ExecutionDeps, ExecutionState, StepState, Stop
-from art.errors import ModelError, ModelErrorCode, RunErrorCode, ToolErrorCode
+from art.errors import ModelError, ModelErrorCode, RunErrorCode, StorageError, ToolErrorCode
 from art.observe.events import EventBus, HookVeto, RunEvents
 from art.planning.references import resolve_references
 from art.responses import RunError, StepStatus, utcnow
@@ -593,6 +593,8 @@ class StepRunner:
             if task is not None:
                 task.uncancel()
             await self._finish(record, "cancelled", step_span, state.cancel_reason())
+        except StorageError:
+            raise  # the storage is gone: the run stops as a crash would (Run.drive)
         except Exception as exc:  # an engine fault on this step's path: fail the step, go on
             log.exception("step failed inside the engine", step_id=step_id)
             await self._finish(

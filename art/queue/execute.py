@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
 from art.core.spans import new_trace_id
-from art.errors import RunErrorCode, ThreadBusyError
+from art.errors import RunErrorCode, StorageError, ThreadBusyError
 from art.responses import RunError, utcnow
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, RunState
 
@@ -49,6 +49,9 @@ _CANCEL_RETRY_S = 0.02
 # A job whose worker raised (the database unreachable, say) is retried after 1, 2, 4, 8 and
 # 16 s; the sixth failure fails it.
 MAX_ERROR_RETRIES = 5
+# Waiting for the storage to come back: 0.5 s, doubling up to 10 s between tries.
+_FIRST_STORAGE_RETRY_S = 0.5
+MAX_STORAGE_RETRY_S = 10.0
 
 
 def error_retry_delay(attempts: int) -> float | None:
@@ -147,6 +150,27 @@ async def record_take_over(
         await queue.settle(spec.run_id, worker_id, "aborted")
 
 
+async def wait_for_storage(storage: StorageAdapter, run_id: str, error: StorageError) -> None:
+    """Wait until the storage answers again, however long, retrying with backoff."""
+    delay = _FIRST_STORAGE_RETRY_S
+    while True:
+        log.warning(
+            "the storage is unreachable: the run waits for it",
+            run_id=run_id,
+            retry_in_s=delay,
+            error=error.message,
+        )
+        await asyncio.sleep(delay)
+        try:
+            await storage.get_run(run_id)
+        except StorageError as exc:
+            error = exc
+            delay = min(delay * 2, MAX_STORAGE_RETRY_S)
+        else:
+            log.info("the storage answers again: the run goes on", run_id=run_id)
+            return
+
+
 class RunJob:
     """One queued run on a worker: `run()` to its end; `cancel()` stops it on request."""
 
@@ -196,26 +220,40 @@ class RunJob:
         self._running = True
         try:
             while True:
-                if self.cancel_reason is not None:
-                    return await mark_cancelled(storage, spec, self.cancel_reason)
-                ended = await ended_status(storage, spec.run_id)
-                if ended is not None:
-                    return ended
                 try:
-                    response = await self.instance.aprocess(spec.query, spec.thread_id, options)
-                except ValueError:
-                    # The run was created meanwhile by a worker presumed dead that was not.
-                    if (ended := await ended_status(storage, spec.run_id)) is not None:
-                        return ended
-                    raise
-                error = response.metadata.error
-                if error is None or error.code != RunErrorCode.THREAD_BUSY:
-                    return _RUN_STATE[response.metadata.status]
+                    state = await self._attempt(options)
+                except StorageError as exc:
+                    # The database went away mid-run (the run stays as a crash leaves it):
+                    # wait for it, however long, then continue the run from its steps.
+                    await wait_for_storage(storage, spec.run_id, exc)
+                    continue
+                if state is not None:
+                    return state
                 # Held outside the queue (a direct `process`, or a worker presumed dead that
                 # is still running): wait for the lease; the queue keeps the thread's order.
                 await asyncio.sleep(self.busy_wait_s)
         finally:
             self._running = False
+
+    async def _attempt(self, options: dict[str, Any]) -> RunState | None:
+        """Run the run once; its end, or None when its thread was busy."""
+        spec, storage = self.spec, self.instance.storage
+        if self.cancel_reason is not None:
+            return await mark_cancelled(storage, spec, self.cancel_reason)
+        ended = await ended_status(storage, spec.run_id)
+        if ended is not None:
+            return ended
+        try:
+            response = await self.instance.aprocess(spec.query, spec.thread_id, options)
+        except ValueError:
+            # The run was created meanwhile by a worker presumed dead that was not.
+            if (ended := await ended_status(storage, spec.run_id)) is not None:
+                return ended
+            raise
+        error = response.metadata.error
+        if error is None or error.code != RunErrorCode.THREAD_BUSY:
+            return _RUN_STATE[response.metadata.status]
+        return None
 
     def cancel(self, reason: str) -> None:
         """Stop the run (its response ends with code CANCELLED). Call on the worker's loop."""

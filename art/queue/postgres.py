@@ -28,13 +28,16 @@ What art adds to procrastinate's worker (`_Worker`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import psycopg
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
 from procrastinate import exceptions as pq_exceptions
 from procrastinate import job_context as pq_job_context
@@ -43,11 +46,13 @@ from procrastinate import worker as pq_worker
 from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Job, Status
 from procrastinate.schema import SchemaManager
+from psycopg_pool import AsyncConnectionPool
 
 from art.adapters.postgres import fetch_value
 from art.core.log import get_logger
+from art.errors import StorageError
 from art.queue.backend import QueueBackend, QueueWorker
-from art.queue.execute import RunJob, error_retry_delay, record_take_over
+from art.queue.execute import MAX_STORAGE_RETRY_S, RunJob, error_retry_delay, record_take_over
 from art.queue.jobs import (
     WORKER_DIED,
     CancelOutcome,
@@ -72,6 +77,8 @@ TASK = "art.engine.run"
 # Advisory lock keys (art's storage migrations use (0x617274, 1)).
 _SETUP_LOCK = (0x617274, 2)
 _TAKE_OVER_LOCK = (0x617274, 3)
+_FIRST_RETRY_S = 0.5
+T = TypeVar("T")
 
 _ART_TABLES = """
 CREATE TABLE IF NOT EXISTS art_queue_workers (
@@ -128,6 +135,32 @@ SELECT (SELECT COUNT(*) FROM art_queue_attempts
 """
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says the database could not be reached (or dropped the connection),
+    as opposed to refusing what was asked."""
+    if isinstance(exc, StorageError):
+        return True
+    if isinstance(exc, pq_exceptions.ConnectorException):
+        exc = exc.__cause__ or exc
+    return isinstance(exc, psycopg.OperationalError | OSError)
+
+
+async def patiently(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, retried with backoff for as long as the database is unreachable."""
+    delay = _FIRST_RETRY_S
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            log.warning(
+                f"{what} failed: the database is unreachable", retry_in_s=delay, error=str(exc)
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_STORAGE_RETRY_S)
+
+
 class HandedBack(Exception):
     """A stopping worker gave its run back to the queue; the next worker continues it."""
 
@@ -149,13 +182,25 @@ class ProcrastinateQueue(QueueBackend):
 
     kind = "postgresql"
 
-    def __init__(self, url: str, config: QueueConfig, *, max_connections: int = 5) -> None:
+    def __init__(
+        self,
+        url: str,
+        config: QueueConfig,
+        *,
+        max_connections: int = 5,
+        connect_timeout_s: int | None = None,
+    ) -> None:
+        from art.adapters.postgres import PostgresStorage
+
         self.url = url
         self.config = config
-        self.connector = PsycopgConnector(
-            conninfo=url, min_size=1, max_size=max(max_connections, 3), name="art-queue"
-        )
+        # Names the server (never the password) in errors, as the storage does.
+        self._server = PostgresStorage(url, connect_timeout_s=connect_timeout_s)
+        self.connect_timeout_s = self._server.connect_timeout_s
+        self._max_connections = max(max_connections, 3)
+        self.connector = PsycopgConnector()
         self.app = App(connector=self.connector)
+        self._pool: AsyncConnectionPool | None = None
         self._open = False
         self._open_lock: asyncio.Lock | None = None
 
@@ -182,13 +227,44 @@ class ProcrastinateQueue(QueueBackend):
         async with self._open_lock:
             if self._open:
                 return
-            await self.app.open_async()
+            # Our own pool, so that waiting for a connection and opening one give up after
+            # `connect_timeout_s` (procrastinate's waits 30 s for a connection, and opens
+            # its pool without a limit); dead connections are replaced (`check`).
+            timeout = self.connect_timeout_s
+            pool = AsyncConnectionPool(
+                self.url,
+                min_size=1,
+                max_size=self._max_connections,
+                timeout=timeout,
+                kwargs={"connect_timeout": timeout},
+                check=AsyncConnectionPool.check_connection,
+                name="art-queue",
+                open=False,
+            )
             try:
-                await self._create_tables()
+                async with self.reaching():
+                    await pool.open(wait=True, timeout=timeout * 2)
+                    await self.app.open_async(pool)
+                    await self._create_tables()
             except BaseException:
                 await self.app.close_async()
+                await pool.close()
                 raise
+            self._pool = pool
             self._open = True
+
+    @contextlib.asynccontextmanager
+    async def reaching(self) -> AsyncIterator[None]:
+        """Lost connections and unreachable servers as `StorageError` naming the server."""
+        try:
+            yield
+        except pq_exceptions.ConnectorException as exc:
+            cause = exc.__cause__
+            if isinstance(cause, psycopg.OperationalError | OSError):
+                raise self._server._error(cause) from exc
+            raise
+        except (psycopg.OperationalError, OSError) as exc:
+            raise self._server._error(exc) from exc
 
     async def _create_tables(self) -> None:
         """procrastinate's schema if the database lacks it, then art's table and index; once,
@@ -206,17 +282,26 @@ class ProcrastinateQueue(QueueBackend):
         if self._open:
             self._open = False
             await self.app.close_async()
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.close()
 
     async def _rows(self, query: Any, **args: Any) -> list[dict[str, Any]]:
         await self.open()
-        rows: list[dict[str, Any]] = await self.connector.execute_query_all_async(query, **args)
+        async with self.reaching():
+            rows: list[dict[str, Any]] = await self.connector.execute_query_all_async(query, **args)
         return rows
+
+    async def ping(self) -> None:
+        """Return once the database answered; StorageError if it does not."""
+        await self._rows("SELECT 1 AS ok")
 
     # -- submitting and following -------------------------------------------------
     async def enqueue(self, spec: JobSpec) -> None:
         await self.open()
         deferrer = self.app.configure_task(TASK, lock=spec.thread_id, queue=self.config.name)
-        await deferrer.defer_async(**spec.to_args())
+        async with self.reaching():
+            await deferrer.defer_async(**spec.to_args())
 
     async def _job_row(self, run_id: str) -> dict[str, Any] | None:
         rows = await self._rows(
@@ -249,9 +334,10 @@ class ProcrastinateQueue(QueueBackend):
         if row is None:
             return "missing"
         manager = self.app.job_manager
-        if not await manager.cancel_job_by_id_async(row["id"], abort=True):
-            return "ended"
-        status = await manager.get_job_status_async(row["id"])
+        async with self.reaching():
+            if not await manager.cancel_job_by_id_async(row["id"], abort=True):
+                return "ended"
+            status = await manager.get_job_status_async(row["id"])
         return "cancelled" if status.value == "cancelled" else "aborting"
 
     async def stats(self) -> QueueStats:
@@ -442,30 +528,88 @@ class _Worker(pq_worker.Worker):
         super().__init__(**options)
         self.owner = owner
 
+    def stop(self) -> None:
+        """Stop (a signal, or `ProcrastinateWorker.stop`); after `restart()`, only this one
+        of the worker's lives ends."""
+        if not self.owner.restarting:
+            self.owner.stopped = True
+        super().stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
+
     def _start_side_tasks(self) -> list[asyncio.Task[Any]]:
-        tasks = super()._start_side_tasks()
-        tasks.append(asyncio.create_task(self.owner.look_after(self), name="art-take-over"))
+        # procrastinate's side tasks stop the worker when one raises, as its heartbeat and
+        # listener do when the database goes away; these outlive an outage of any length.
+        # (Its periodic deferrer is left out: art's queue has no periodic task.)
+        tasks = [
+            asyncio.create_task(self._heartbeats(), name="update_heartbeats"),
+            asyncio.create_task(self._poll_jobs_to_abort(), name="poll_jobs_to_abort"),
+            asyncio.create_task(self.owner.look_after(self), name="art-take-over"),
+        ]
+        if self.listen_notify:
+            tasks.append(asyncio.create_task(self._listen(), name="listener"))
         return tasks
+
+    async def _heartbeats(self) -> None:
+        assert self.worker_id is not None
+        manager, worker_id = self.app.job_manager, self.worker_id
+        while True:
+            await asyncio.sleep(self.update_heartbeat_interval)
+            try:
+                await manager.update_heartbeat(worker_id)
+            except Exception as exc:
+                log.warning("heartbeat failed", worker_id=worker_id, error=str(exc))
+
+    async def _listen(self) -> None:
+        """Hear of new jobs and cancels (LISTEN); reconnect with backoff when cut off."""
+        delay = _FIRST_RETRY_S
+        while True:
+            started = time.monotonic()
+            try:
+                await self.app.job_manager.listen_for_jobs(
+                    on_notification=self._handle_notification, queues=self.queues
+                )
+            except Exception as exc:
+                if time.monotonic() - started > MAX_STORAGE_RETRY_S:
+                    delay = _FIRST_RETRY_S  # it had been listening: a new outage
+                log.warning("listening for new runs failed", retry_in_s=delay, error=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_STORAGE_RETRY_S)
+            self._new_job_event.set()  # look for what was announced meanwhile
 
     async def _persist_job_status(self, *args: Any, **kwargs: Any) -> None:
         job: Job = kwargs["job"]
         assert job.id is not None and self.worker_id is not None
-        if not await self.owner.queue.holds(job.id, self.worker_id):
+        job_id, worker_id = job.id, self.worker_id
+        if not await patiently(
+            "recording a run's end", lambda: self.owner.queue.holds(job_id, worker_id)
+        ):
             # Presumed dead (no heartbeat reached the database), its job was taken over:
             # the job is its new worker's to end, and the run's lease kept the two apart.
             log.warning("a run's job was taken over from this worker", job_id=job.id)
             self._job_ids_to_abort.pop(job.id, None)
             return
-        await super()._persist_job_status(*args, **kwargs)
+
+        async def persist() -> None:
+            async with self.owner.queue.reaching():
+                await super(_Worker, self)._persist_job_status(*args, **kwargs)
+
+        await patiently("recording a run's end", persist)
         self._new_job_event.set()
 
     async def _fetch_and_process_jobs(self) -> None:
         try:
             await self._fetch_jobs()
-        except pq_exceptions.ConnectorException:
+        except Exception as exc:
+            queue = self.owner.queue
+            if unreachable(exc):
+                # Nothing is taken until the database answers; the loop then goes on.
+                log.warning("taking runs failed: the database is unreachable", error=str(exc))
+                await patiently("reaching the database", queue.ping)
+                return
+            if not isinstance(exc, pq_exceptions.ConnectorException):
+                raise
             # Taking a job names this worker, which the others removed if they took it for
-            # dead: then stop, as `look_after` would a moment later; else a real failure.
-            if self.worker_id is None or await self.owner.queue.registered(self.worker_id):
+            # dead: then start again, as `look_after` would a moment later; else a failure.
+            if self.worker_id is None or await queue.registered(self.worker_id):
                 raise
             self.owner.presumed_dead(self)
 
@@ -537,46 +681,67 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._worker: _Worker | None = None
-        self._stopped = False
+        self.stopped = False
+        # Set while one of the worker's lives ends so that another begins (`restart`).
+        self.restarting = False
         # The job of a run that runs alone on this worker (see `_Worker._fetch_jobs`).
         self.alone: int | None = None
 
     def stop(self) -> None:
-        self._stopped = True
+        self.stopped = True
         if self._worker is not None:
-            self._worker.stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
+            self._worker.stop()
 
     async def run(self) -> None:
+        """Work until stopped. A life of the worker that loses the database, or that the
+        others presumed dead, ends; once the database answers, the next one registers anew
+        and goes on taking runs: an outage of any length stops no worker."""
         from art.queue.metrics import queue_metrics
 
         config = self.config
         if self.metrics is None:
             self.metrics = queue_metrics(config.name)
-        await self.queue.open()
+        await patiently("opening the queue", self.queue.open)
         app = App(connector=self.queue.connector)
         app.task(name=TASK, queue=config.name, pass_context=True, retry=_Retry())(self._run_job)
-        self._worker = _Worker(
-            self,
-            app=app,
-            queues=[config.name],
-            name=self.name,
-            concurrency=config.concurrency,
-            fetch_job_polling_interval=config.poll_s,
-            abort_job_polling_interval=config.poll_s,
-            shutdown_graceful_timeout=config.shutdown_timeout_s,
-            install_signal_handlers=self.signals,
-            update_heartbeat_interval=config.heartbeat_s,
-            stalled_worker_timeout=config.stalled_after_s,
-        )
-        if self._stopped:
-            return
-        await self._worker.run()  # type: ignore[no-untyped-call]  # procrastinate's
+        while not self.stopped:
+            self.restarting = False
+            self.alone = None
+            self._worker = _Worker(
+                self,
+                app=app,
+                queues=[config.name],
+                name=self.name,
+                concurrency=config.concurrency,
+                fetch_job_polling_interval=config.poll_s,
+                abort_job_polling_interval=config.poll_s,
+                shutdown_graceful_timeout=config.shutdown_timeout_s,
+                install_signal_handlers=self.signals,
+                update_heartbeat_interval=config.heartbeat_s,
+                stalled_worker_timeout=config.stalled_after_s,
+            )
+            try:
+                await self._worker.run()  # type: ignore[no-untyped-call]  # procrastinate's
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                log.error("the worker lost the database", error=str(exc))
+            else:
+                if not self.restarting:
+                    return
+            if self.stopped:
+                return
+            await patiently("reaching the database", self.queue.ping)
+            log.info("the database answers: the worker starts again", name=self.name)
 
     async def _run_job(self, context: JobContext, /, **args: Any) -> RunState:
         spec = JobSpec.from_args(args)
         worker_id = self._worker.worker_id if self._worker is not None else None
         assert worker_id is not None
-        await self.queue.start_attempt(spec.run_id, worker_id, self.name)
+        await patiently(
+            "recording a run's start",
+            lambda: self.queue.start_attempt(spec.run_id, worker_id, self.name),
+        )
         execution = RunJob(
             self.instance, spec, busy_wait_s=self.config.poll_s, metrics=self.metrics
         )
@@ -600,16 +765,21 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
             outcome = execution.outcome or result
             return result
         finally:
-            await self.queue.end_attempt(spec.run_id, worker_id, outcome)
+            await patiently(
+                "recording a run's end",
+                lambda: self.queue.end_attempt(spec.run_id, worker_id, outcome),
+            )
 
     def presumed_dead(self, worker: _Worker) -> None:
-        """The other workers took this one for dead and took its runs over: stop."""
+        """The other workers took this one for dead and took its runs over: end this life
+        of the worker (its runs are their new workers' now) and begin another."""
         log.error(
             "this worker was presumed dead (no heartbeat for stalled_after_s) and its runs "
-            "were taken over: stopping",
+            "were taken over: it starts again under a new id",
             worker_id=worker.worker_id,
         )
-        worker.stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
+        self.restarting = True
+        worker.stop()
 
     async def look_after(self, worker: _Worker) -> None:
         """Name this worker, then every `heartbeat_s` take over the runs of dead workers."""
@@ -621,6 +791,8 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
                 if not await self.queue.registered(worker_id):
                     self.presumed_dead(worker)
                     return
+                # Fresh before judging the others: after an outage every heartbeat is old.
+                await worker.app.job_manager.update_heartbeat(worker_id)
                 taken = await self.queue.take_over(worker_id)
                 await record_take_over(self.instance.storage, taken, self.queue, worker_id)
                 if taken.run_ids:
@@ -630,6 +802,9 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
                     self.metrics.taken_over(len(taken.run_ids))
                     if self.metrics.wants_stats():
                         self.metrics.observe(await self.queue.stats())
-            except Exception:
-                log.exception("taking over stalled runs failed", worker_id=worker_id)
+            except Exception as exc:
+                if not unreachable(exc):
+                    log.exception("taking over stalled runs failed", worker_id=worker_id)
+                else:
+                    log.warning("taking over stalled runs failed", error=str(exc))
             await asyncio.sleep(self.config.heartbeat_s)

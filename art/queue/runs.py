@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from art.config import ProcessOptions, QueueConfig
 from art.core.log import get_logger
 from art.core.spans import new_trace_id
-from art.errors import ConfigurationError, RunErrorCode
+from art.errors import ConfigurationError, RunErrorCode, StorageError
 from art.queue.backend import QueueWorker, open_backend
 from art.queue.execute import worker_died_error
 from art.queue.jobs import FINAL_JOB_STATES, WORKER_DIED, JobSpec, JobView, QueueStats, RunStatus
@@ -40,6 +40,8 @@ SyncRunner = Callable[[Coroutine[Any, Any, Any]], Any]
 # How often a waiting handle looks at its job: soon at first, then every 100 ms.
 _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.1
+# ... and every second while the database does not answer.
+_OUTAGE_POLL_S = 1.0
 
 
 class RunQueue:
@@ -269,14 +271,19 @@ class RunHandle:
 
     # -- waiting ------------------------------------------------------------------
     async def result(self) -> RunRecord:
-        """Wait for the run's end and return it as stored (bound it with `asyncio.timeout`)."""
+        """Wait for the run's end and return it as stored (bound it with `asyncio.timeout`).
+        It waits through a database outage: the workers do too."""
         delay = _FIRST_POLL_S
         while True:
-            job = await self.queue.backend.job(self.id)
-            if job is None:
-                return await _ended_run(self.queue.storage, self.id)
-            if job.state in FINAL_JOB_STATES:
-                return _final(await self.queue.storage.get_run(self.id), job)
+            try:
+                job = await self.queue.backend.job(self.id)
+                if job is None:
+                    return await _ended_run(self.queue.storage, self.id)
+                if job.state in FINAL_JOB_STATES:
+                    return _final(await self.queue.storage.get_run(self.id), job)
+            except StorageError as exc:
+                log.warning("a run's end cannot be read yet", run_id=self.id, error=exc.message)
+                delay = _OUTAGE_POLL_S
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, _MAX_POLL_S)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,114 @@ def test_a_cancel_while_the_worker_is_dead_ends_the_run_cancelled(
         for worker in workers:
             worker.stop_if_alive()
 
+
+# -- the database goes away ------------------------------------------------------------
+
+# Longer than stalled_after_s: when it is back, every worker's heartbeat is stale.
+OUTAGE_S = 8.0
+# submit() and status calls give up within connect_timeout (5 s by default), plus slack.
+FAIL_FAST_S = 7.0
+
+
+async def started_steps(log: Path, count: int) -> None:
+    async def enough() -> bool:
+        return sum(line.event == "started" for line in read_log(log)) >= count
+
+    await wait_for(enough, f"{count} steps to start", 60)
+
+
+@pytest.mark.postgres
+def test_workers_outlive_a_database_outage_and_clients_fail_fast(
+    forkserver: Any, own_postgres: Any, tmp_path: Path
+) -> None:
+    """The server stops for longer than `stalled_after_s` while runs are in flight: submit()
+    and a handle's status raise StorageError naming the server within seconds; the workers
+    wait, reconnect, and every run completes, one submitted afterwards too."""
+    from art.errors import StorageError
+
+    url, log = own_postgres.url, tmp_path / "tools.log"
+    settings = app.Settings(storage=url, log=str(log), depth=3, step_s=0.3, queue=QUEUE)
+    workers = [WorkerProcess.start(forkserver, app.work_queue, settings, f"w{n}") for n in range(2)]
+
+    async def scenario() -> None:
+        async with RunQueue(url, QUEUE) as queue:
+
+            async def registered() -> bool:
+                return len((await queue.stats()).workers) == 2
+
+            await wait_for(registered, "2 workers", 120)
+            handles = [
+                await queue.submit(f"t{n}-r{r}", f"t{n}") for r in range(2) for n in range(6)
+            ]
+            await started_steps(log, 4)
+            await asyncio.to_thread(own_postgres.stop)
+            for call in (lambda: queue.submit("late", "t-late"), handles[0].astatus):
+                began = time.monotonic()
+                with pytest.raises(StorageError) as info:
+                    await call()
+                assert time.monotonic() - began < FAIL_FAST_S
+                assert f"127.0.0.1:{own_postgres.port}" in info.value.message
+            await asyncio.sleep(OUTAGE_S)
+            await asyncio.to_thread(own_postgres.start)
+            records = [await asyncio.wait_for(h.result(), 120) for h in handles]
+            assert [r.status for r in records] == ["completed"] * len(handles), [
+                (r.query, r.status, r.error) for r in records
+            ]
+            after = await queue.submit("t-after-r0", "t-after")
+            assert (await asyncio.wait_for(after.result(), 60)).status == "completed"
+            assert all(w.process.is_alive() for w in workers)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for worker in workers:
+            worker.stop_if_alive()
+
+
+@pytest.mark.postgres
+def test_a_connection_reaper_costs_no_run(
+    forkserver: Any, postgres_database: str, tmp_path: Path
+) -> None:
+    """Every connection to the database is terminated (pg_terminate_backend) three times
+    while runs are in flight: each run completes, and the workers stay up."""
+    import psycopg
+
+    log = tmp_path / "tools.log"
+    settings = app.Settings(
+        storage=postgres_database, log=str(log), depth=3, step_s=0.2, queue=QUEUE
+    )
+    workers = [WorkerProcess.start(forkserver, app.work_queue, settings, f"w{n}") for n in range(2)]
+
+    async def reap() -> int:
+        async with await psycopg.AsyncConnection.connect(postgres_database, autocommit=True) as c:
+            cursor = await c.execute(
+                "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            row = await cursor.fetchone()
+            return int(row[0]) if row else 0
+
+    async def scenario() -> None:
+        async with RunQueue(postgres_database, QUEUE) as queue:
+
+            async def registered() -> bool:
+                return len((await queue.stats()).workers) == 2
+
+            await wait_for(registered, "2 workers", 120)
+            handles = [
+                await queue.submit(f"t{n}-r{r}", f"t{n}") for r in range(3) for n in range(8)
+            ]
+            for round_ in range(3):
+                await started_steps(log, 6 * (round_ + 1))
+                assert await reap() > 0
+            records = [await asyncio.wait_for(h.result(), 120) for h in handles]
+            assert [r.status for r in records] == ["completed"] * len(handles), [
+                (r.query, r.status, r.error) for r in records
+            ]
+            assert all(w.process.is_alive() for w in workers)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for worker in workers:
+            worker.stop_if_alive()
