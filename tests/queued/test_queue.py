@@ -504,3 +504,42 @@ async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_
     assert record.status == "completed"
     assert gate.entered == ["slow"]  # run once, by "a"; "b" found it ended
     assert stats.jobs == {"succeeded": 1}
+
+
+async def test_sqlite_worker_ids_are_never_reused_even_in_a_database_made_before(
+    tmp_path: Path,
+) -> None:
+    """A worker id names one worker for ever: after the newest worker's row is removed (it
+    stopped, or was presumed dead), the next worker gets a new id, also in a database whose
+    queue tables an earlier art made (INTEGER PRIMARY KEY reused the highest id)."""
+    import sqlite3
+
+    from art.config import QueueConfig
+    from art.queue.sqlite import MIGRATIONS, SQLiteQueue
+
+    path = tmp_path / "art.db"
+    with sqlite3.connect(path) as conn:  # the tables as the first version made them
+        conn.execute(
+            "CREATE TABLE queue_schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)"
+        )
+        conn.executescript(MIGRATIONS[0])
+        conn.execute("INSERT INTO queue_schema_version VALUES (1, '2025-01-01')")
+        for worker_id in (1, 2, 3):
+            conn.execute(
+                "INSERT INTO queue_workers VALUES (?, 'art', 'w', 'h', 1, '2025-01', '2025-01')",
+                (worker_id,),
+            )
+        conn.execute(  # a job still names a worker removed long ago
+            "INSERT INTO queue_jobs (queue, run_id, thread_id, spec, status, worker_id,"
+            " created_at) VALUES ('art', 'r1', 't1', '{}', 'succeeded', 7, '2025-01-01')"
+        )
+        conn.execute("DELETE FROM queue_workers WHERE id = 3")
+    queue = SQLiteQueue(str(path), QueueConfig())
+    try:
+        first = await queue.register("a")
+        assert first == 8
+        await queue.unregister(first)
+        assert await queue.register("b") == 9
+        assert await queue.heartbeat(first) is False  # the old id is nobody's
+    finally:
+        await queue.close()
