@@ -33,6 +33,7 @@ __all__ = [
     "mark_cancelled",
     "mark_failed",
     "record_take_over",
+    "reopen",
     "worker_died_error",
 ]
 
@@ -115,6 +116,17 @@ async def mark_failed(storage: StorageAdapter, spec: JobSpec, error: RunError) -
         # as a crash leaves it (their `process` continues or abandons it).
         log.warning("ended run left as it was: its thread is busy", run_id=spec.run_id)
         return record.status
+
+
+async def reopen(storage: StorageAdapter, run_id: str) -> None:
+    """Make a dead-lettered run `running` again (as a crash leaves it), for its job to be
+    retried: the next worker continues it from its stored steps."""
+    record = await storage.get_run(run_id)
+    if record is not None and record.status == "failed":
+        record.status = "running"
+        record.error = None
+        record.updated_at = utcnow()
+        await storage.update_run(record)
 
 
 def worker_died_error(deaths: int | None) -> RunError:

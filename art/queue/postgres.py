@@ -55,13 +55,17 @@ from art.queue.backend import QueueBackend, QueueWorker
 from art.queue.execute import MAX_STORAGE_RETRY_S, RunJob, error_retry_delay, record_take_over
 from art.queue.jobs import (
     WORKER_DIED,
+    Attempt,
     CancelOutcome,
     JobSpec,
     JobState,
     JobView,
+    QueuedRun,
     QueueStats,
     TakeOver,
     WorkerInfo,
+    job_states_of,
+    queued_run_state,
 )
 
 if TYPE_CHECKING:
@@ -483,6 +487,81 @@ class ProcrastinateQueue(QueueBackend):
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s, %s)", _TAKE_OVER_LOCK)
         return TakeOver(requeued, dead, cancelled)
+
+    async def runs(
+        self, *, states: set[str] | None = None, thread_id: str | None = None, limit: int = 100
+    ) -> list[QueuedRun]:
+        rows = await self._rows(
+            "SELECT j.args, j.status::text AS status, j.worker_id,"
+            " (w.id IS NULL OR w.last_heartbeat < now() - make_interval(secs => %(stale)s))"
+            "  AS stale_worker"
+            " FROM procrastinate_jobs j LEFT JOIN procrastinate_workers w ON w.id = j.worker_id"
+            " WHERE j.task_name = %(task)s AND j.queue_name = ANY(%(queues)s)"
+            " AND (%(statuses)s::text[] IS NULL OR j.status::text = ANY(%(statuses)s::text[]))"
+            " AND (%(thread)s::text IS NULL OR j.lock = %(thread)s)"
+            " ORDER BY j.id DESC",
+            stale=self.config.stalled_after_s,
+            task=TASK,
+            queues=self.queues,
+            statuses=job_states_of(states),
+            thread=thread_id,
+        )
+        picked = []
+        for row in rows:
+            state = queued_run_state(row["status"], stale_worker=row["stale_worker"])
+            if not states or state in states:
+                picked.append((row, state))
+            if len(picked) >= limit:
+                break
+        specs = [JobSpec.from_args(row["args"]) for row, _ in picked]
+        attempts: dict[str, list[Attempt]] = {spec.run_id: [] for spec in specs}
+        for row in await self._rows(
+            "SELECT run_id, attempt, worker_id, worker, started_at, ended_at, outcome"
+            " FROM art_queue_attempts WHERE run_id = ANY(%(ids)s) ORDER BY run_id, attempt",
+            ids=list(attempts),
+        ):
+            attempts[row.pop("run_id")].append(Attempt.model_validate(row))
+        found = []
+        for (row, state), spec in zip(picked, specs, strict=True):
+            tried = attempts[spec.run_id]
+            died = state == "dead" and bool(tried) and tried[-1].outcome == "worker_died"
+            found.append(
+                QueuedRun(
+                    run_id=spec.run_id,
+                    thread_id=spec.thread_id,
+                    query=spec.query,
+                    state=state,
+                    job_state=row["status"],
+                    worker_id=row["worker_id"],
+                    submitted_at=spec.submitted_at,
+                    error=WORKER_DIED if died else None,
+                    attempts=tried,
+                )
+            )
+        return found
+
+    async def retry(self, run_id: str) -> bool:
+        row = await self._job_row(run_id)
+        if row is None or row["status"] != "failed":
+            return False
+        await self._rows(  # its deaths so far no longer count towards max_worker_deaths
+            "UPDATE art_queue_attempts SET outcome = 'worker_died_before_retry'"
+            " WHERE run_id = %(run_id)s AND outcome = 'worker_died' RETURNING 1",
+            run_id=run_id,
+        )
+        async with self.reaching():
+            await self.app.job_manager.retry_job_by_id_async(
+                row["id"], retry_at=datetime.now(UTC), queue=self.alone_queue
+            )
+        return True
+
+    async def discard(self, run_id: str) -> bool:
+        rows = await self._rows(
+            "DELETE FROM procrastinate_jobs WHERE args->>'run_id' = %(run_id)s"
+            " AND task_name = 'art.engine.run' AND status = 'failed' RETURNING id",
+            run_id=run_id,
+        )
+        return bool(rows)
 
     async def settle(self, run_id: str, worker_id: int, state: JobState) -> None:
         """End a job `take_over` gave this worker to end (`failed`: dead-lettered)."""

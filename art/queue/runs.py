@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
@@ -22,7 +22,16 @@ from art.core.spans import new_trace_id
 from art.errors import ConfigurationError, RunErrorCode, StorageError
 from art.queue.backend import QueueWorker, open_backend
 from art.queue.execute import worker_died_error
-from art.queue.jobs import FINAL_JOB_STATES, WORKER_DIED, JobSpec, JobView, QueueStats, RunStatus
+from art.queue.jobs import (
+    FINAL_JOB_STATES,
+    QUEUED_RUN_STATES,
+    WORKER_DIED,
+    JobSpec,
+    JobView,
+    QueuedRun,
+    QueueStats,
+    RunStatus,
+)
 from art.responses import RunError, utcnow
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
 from art.storage.opening import timestamp_key
@@ -213,6 +222,46 @@ class RunQueue:
         """The queue's depth, jobs by state and workers (what `art workers` shows)."""
         await self.open()
         return await self.backend.stats()
+
+    async def runs(
+        self,
+        states: Iterable[str] | None = None,
+        *,
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[QueuedRun]:
+        """The queue's runs, newest first, with every attempt at each: all, or those in
+        `states` (`queued`, `running`, `stuck`, `dead`, `ended`), of one thread or all."""
+        wanted = set(states or ())
+        unknown = wanted.difference(QUEUED_RUN_STATES)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown run state(s) {sorted(unknown)}: use {', '.join(QUEUED_RUN_STATES)}"
+            )
+        await self.open()
+        return await self.backend.runs(states=wanted or None, thread_id=thread_id, limit=limit)
+
+    async def retry(self, run_id: str) -> bool:
+        """Put a dead-lettered run back in the queue: it runs alone on the next free worker,
+        continuing from its stored steps, its worker deaths forgotten. False if the run is
+        not dead-lettered. Its thread may have run later runs meanwhile."""
+        from art.queue.execute import reopen
+
+        await self.open()
+        job = await self.backend.job(run_id)
+        if job is None or job.state != "failed":
+            return False
+        await reopen(self.storage, run_id)
+        retried = await self.backend.retry(run_id)
+        if retried and self._worker is not None:
+            self._worker.wake()
+        return retried
+
+    async def discard(self, run_id: str) -> bool:
+        """Delete a dead-lettered run's job; the run stays `failed` in storage. False if the
+        run is not dead-lettered."""
+        await self.open()
+        return await self.backend.discard(run_id)
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._sync is None:

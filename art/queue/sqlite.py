@@ -36,13 +36,17 @@ from art.queue.backend import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay, record_take_over
 from art.queue.jobs import (
     WORKER_DIED,
+    Attempt,
     CancelOutcome,
     JobSpec,
     JobState,
     JobView,
+    QueuedRun,
     QueueStats,
     TakeOver,
     WorkerInfo,
+    job_states_of,
+    queued_run_state,
 )
 from art.responses import utcnow
 from art.storage.opening import timestamp_key
@@ -512,6 +516,95 @@ class SQLiteQueue(QueueBackend):
                     (queue, stale),
                 )
             return TakeOver(requeued, dead, cancelled)
+
+        return await self._call(write)
+
+    async def runs(
+        self, *, states: set[str] | None = None, thread_id: str | None = None, limit: int = 100
+    ) -> list[QueuedRun]:
+        queue, stale = self.config.name, _ago(self.config.stalled_after_s)
+        job_states = job_states_of(states)
+
+        def read(conn: sqlite3.Connection) -> list[QueuedRun]:
+            where, args = ["j.queue = ?"], [queue]
+            if job_states is not None:
+                where.append(f"j.status IN ({', '.join('?' * len(job_states))})")
+                args.extend(job_states)
+            if thread_id is not None:
+                where.append("j.thread_id = ?")
+                args.append(thread_id)
+            rows = conn.execute(
+                "SELECT j.spec, j.status, j.worker_id, j.error,"
+                " w.id IS NULL OR w.last_heartbeat < ? FROM queue_jobs j"
+                " LEFT JOIN queue_workers w ON w.id = j.worker_id"
+                f" WHERE {' AND '.join(where)} ORDER BY j.id DESC",
+                [stale, *args],
+            )
+            found: list[QueuedRun] = []
+            for spec_text, status, worker_id, error, stale_worker in rows:
+                state = queued_run_state(status, stale_worker=bool(stale_worker))
+                if states and state not in states:
+                    continue
+                spec = JobSpec.from_args(json.loads(spec_text))
+                attempts = [
+                    Attempt(
+                        attempt=n,
+                        worker_id=wid,
+                        worker=name,
+                        started_at=_parse(started) if started else None,
+                        ended_at=_parse(ended) if ended else None,
+                        outcome=outcome,
+                    )
+                    for n, wid, name, started, ended, outcome in conn.execute(
+                        "SELECT attempt, worker_id, worker, started_at, ended_at, outcome"
+                        " FROM queue_attempts WHERE run_id = ? ORDER BY attempt",
+                        (spec.run_id,),
+                    )
+                ]
+                found.append(
+                    QueuedRun(
+                        run_id=spec.run_id,
+                        thread_id=spec.thread_id,
+                        query=spec.query,
+                        state=state,
+                        job_state=status,
+                        worker_id=worker_id,
+                        submitted_at=spec.submitted_at,
+                        error=error,
+                        attempts=attempts,
+                    )
+                )
+                if len(found) >= limit:
+                    break
+            return found
+
+        return await self._call(read)
+
+    async def retry(self, run_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn):
+                cursor = conn.execute(
+                    "UPDATE queue_jobs SET status = 'todo', worker_id = NULL, deaths = 0,"
+                    " isolated = 1, error = NULL, finished_at = NULL, scheduled_at = NULL,"
+                    " attempts = attempts + 1 WHERE run_id = ? AND status = 'failed'",
+                    (run_id,),
+                )
+                conn.execute(
+                    "UPDATE queue_attempts SET outcome = 'worker_died_before_retry'"
+                    " WHERE run_id = ? AND outcome = 'worker_died'",
+                    (run_id,),
+                )
+                return cursor.rowcount == 1
+
+        return await self._call(write)
+
+    async def discard(self, run_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn):
+                cursor = conn.execute(
+                    "DELETE FROM queue_jobs WHERE run_id = ? AND status = 'failed'", (run_id,)
+                )
+                return cursor.rowcount == 1
 
         return await self._call(write)
 

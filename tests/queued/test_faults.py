@@ -67,22 +67,34 @@ class Supervisor:
                 worker.stop_if_alive()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
+def _url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'art.db'}"
     return str(request.getfixturevalue("postgres_database"))
 
 
-@pytest.mark.parametrize("where", ["plan", "tool"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return _url(request.param, request, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("backend", "where"),
+    [
+        ("sqlite", "tool"),
+        pytest.param("postgres", "plan", marks=pytest.mark.postgres),
+        pytest.param("postgres", "tool", marks=pytest.mark.postgres),
+    ],
+)
 def test_a_run_that_kills_its_worker_is_dead_lettered_and_spares_the_others(
-    forkserver: Any, queue_url: str, tmp_path: Path, where: str
+    forkserver: Any, request: pytest.FixtureRequest, tmp_path: Path, backend: str, where: str
 ) -> None:
     """The poison run kills every worker it runs on: after `max_worker_deaths` deaths alone
     on a worker it ends failed, WORKER_DIED, and its thread's next run runs. The runs that
     shared its worker are taken over without being charged: with no step retries at all,
     their interrupted steps still run again and they complete."""
     log = tmp_path / "tools.log"
+    queue_url = _url(backend, request, tmp_path)
     settings = app.Settings(
         storage=queue_url,
         log=str(log),
@@ -109,6 +121,14 @@ def test_a_run_that_kills_its_worker_is_dead_lettered_and_spares_the_others(
                 (r.query, r.status, r.error) for r in others
             ]
             assert await poison.astatus() == "failed"
+            (listed,) = await queue.runs(["dead"])
+            assert listed.run_id == poison.id
+            assert [a.outcome for a in listed.attempts] == [
+                "worker_died_with_others",
+                "worker_died",
+                "worker_died",
+            ]
+            assert len({a.worker_id for a in listed.attempts}) == 3  # three workers it killed
             # First with the others (not charged), then twice alone (charged, then dead).
             assert supervisor.deaths == 3
 

@@ -543,3 +543,59 @@ async def test_sqlite_worker_ids_are_never_reused_even_in_a_database_made_before
         assert await queue.heartbeat(first) is False  # the old id is nobody's
     finally:
         await queue.close()
+
+
+async def test_a_dead_lettered_run_is_listed_retried_and_discarded(sqlite_directory: Path) -> None:
+    """A run whose worker died running it alone `max_worker_deaths` times ends failed,
+    WORKER_DIED; `runs(["dead"])` lists it with its attempts; `retry` runs it again (it
+    completes); `discard` deletes another's job and leaves its run failed in storage."""
+    url = f"sqlite:///{sqlite_directory / 'a.db'}"
+    plan = {
+        "title": "Sum",
+        "steps": [{"id": "s1", "tool": "calculator", "args": {"expression": "1+1"}}],
+    }
+    queue_config = {**FAST, "in_process": False, "max_worker_deaths": 1}
+    with ScriptedModel(planning=plan, synthesis="2") as model:
+        inst = art.create_art_instance(
+            model=model.model, tools=[Calculator()], storage=url, queue=queue_config
+        )
+        async with inst:
+            backend = open_backend(inst.storage, inst.config.queue)
+            handles = [await inst.asubmit(f"q{n}", f"t{n}") for n in range(2)]
+            for _ in handles:  # each taken alone by a worker that dies at once
+                doomed = await backend.register("doomed")
+                assert len(await backend.claim(doomed, 1)) == 1
+            workers: list[Any] = []
+            serving = asyncio.create_task(run_worker(inst, name="live", started=workers.append))
+            try:
+                ended = [await asyncio.wait_for(h.result(), 10) for h in handles]
+                assert [(r.status, r.error and r.error.code) for r in ended] == [
+                    ("failed", "WORKER_DIED")
+                ] * 2
+                dead = await inst.queue.runs(["dead"])
+                assert sorted(r.run_id for r in dead) == sorted(h.id for h in handles)
+                assert [[a.outcome for a in r.attempts] for r in dead] == [["worker_died"]] * 2
+                assert [a.worker for a in dead[0].attempts] == ["doomed"]
+                assert await inst.queue.runs(["queued", "running", "stuck"]) == []
+
+                retried, discarded = handles
+                assert await inst.queue.retry(retried.id) is True
+                record = await asyncio.wait_for(retried.result(), 10)
+                assert record.status == "completed" and record.error is None
+                (again,) = await inst.queue.runs(["ended"])
+                assert [a.outcome for a in again.attempts] == [
+                    "worker_died_before_retry",
+                    "completed",
+                ]
+                assert again.attempts[-1].worker == "live"
+                assert await inst.queue.retry(retried.id) is False  # not dead any more
+
+                assert await inst.queue.discard(discarded.id) is True
+                assert await inst.queue.runs(["dead"]) == []
+                assert await discarded.astatus() == "failed"  # read from storage
+                with pytest.raises(ConfigurationError, match="unknown run state"):
+                    await inst.queue.runs(["lost"])
+            finally:
+                workers[0].stop()
+                await serving
+                await backend.close()
