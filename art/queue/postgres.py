@@ -860,30 +860,42 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
         self.restarting = True
         worker.stop()
 
+    async def _take_over(self, worker: _Worker, worker_id: int) -> None:
+        taken = await self.queue.take_over(worker_id)
+        await record_take_over(self.instance.storage, taken, self.queue, worker_id)
+        if taken.run_ids:
+            worker.look_now()
+        await self.delete_finished()
+        if self.metrics is not None:
+            self.metrics.taken_over(len(taken.run_ids))
+            if self.metrics.wants_stats():
+                self.metrics.observe(await self.queue.stats())
+
     async def look_after(self, worker: _Worker) -> None:
-        """Name this worker, then every `heartbeat_s` take over the runs of dead workers."""
+        """Name this worker, then every `heartbeat_s` take over the runs of dead workers.
+
+        After losing the database it judges no other worker for `stalled_after_s`: every
+        heartbeat is old then, and the live workers need that long to refresh theirs (a
+        live worker taken for dead would run its runs beside their new workers, their
+        leases having gone with the server's sessions)."""
         assert worker.worker_id is not None
         worker_id = worker.worker_id
-        await self.queue.describe_worker(worker_id, self.name)
+        await patiently(
+            "naming this worker", lambda: self.queue.describe_worker(worker_id, self.name)
+        )
+        judge_after = time.monotonic() + self.config.stalled_after_s
         while True:
             try:
                 if not await self.queue.registered(worker_id):
                     self.presumed_dead(worker)
                     return
-                # Fresh before judging the others: after an outage every heartbeat is old.
                 await worker.app.job_manager.update_heartbeat(worker_id)
-                taken = await self.queue.take_over(worker_id)
-                await record_take_over(self.instance.storage, taken, self.queue, worker_id)
-                if taken.run_ids:
-                    worker.look_now()
-                await self.delete_finished()
-                if self.metrics is not None:
-                    self.metrics.taken_over(len(taken.run_ids))
-                    if self.metrics.wants_stats():
-                        self.metrics.observe(await self.queue.stats())
+                if time.monotonic() >= judge_after:
+                    await self._take_over(worker, worker_id)
             except Exception as exc:
                 if not unreachable(exc):
                     log.exception("taking over stalled runs failed", worker_id=worker_id)
                 else:
                     log.warning("taking over stalled runs failed", error=str(exc))
+                    judge_after = time.monotonic() + self.config.stalled_after_s
             await asyncio.sleep(self.config.heartbeat_s)
