@@ -265,7 +265,7 @@ class ProcrastinateQueue(QueueBackend):
         except pq_exceptions.ConnectorException as exc:
             cause = exc.__cause__
             if isinstance(cause, psycopg.OperationalError | OSError):
-                raise self._server._error(cause) from exc
+                raise self._server._error(cause) from cause
             raise
         except (psycopg.OperationalError, OSError) as exc:
             raise self._server._error(exc) from exc

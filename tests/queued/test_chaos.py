@@ -124,6 +124,9 @@ def test_chaos_poison_kills_reaper_and_a_30_s_outage(
                 outage_s=OUTAGE_S,
                 first_step_after_outage_s=None if resumed is None else round(resumed - back, 1),
             )
+            # Workers that died: the SIGKILLed ones and the poison's victims (once shared,
+            # then alone until dead-lettered); none started during the outage died of it.
+            assert supervisor.deaths <= kills + QUEUE["max_worker_deaths"] + 1, figures
             await check_storage(queue, submitted)
             return submitted
 

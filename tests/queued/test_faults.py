@@ -200,8 +200,9 @@ def test_workers_outlive_a_database_outage_and_clients_fail_fast(
     forkserver: Any, own_postgres: Any, tmp_path: Path
 ) -> None:
     """The server stops for longer than `stalled_after_s` while runs are in flight: submit()
-    and a handle's status raise StorageError naming the server within seconds; the workers
-    wait, reconnect, and every run completes, one submitted afterwards too."""
+    and a handle's status raise StorageError naming the server within seconds; the workers,
+    one started during the outage too, wait, reconnect, and every run completes, one
+    submitted afterwards too."""
     from art.errors import StorageError
 
     url, log = own_postgres.url, tmp_path / "tools.log"
@@ -226,6 +227,8 @@ def test_workers_outlive_a_database_outage_and_clients_fail_fast(
                     await call()
                 assert time.monotonic() - began < FAIL_FAST_S
                 assert f"127.0.0.1:{own_postgres.port}" in info.value.message
+            # A worker started during the outage waits for the database too.
+            workers.append(WorkerProcess.start(forkserver, app.work_queue, settings, "late"))
             await asyncio.sleep(OUTAGE_S)
             await asyncio.to_thread(own_postgres.start)
             records = [await asyncio.wait_for(h.result(), 120) for h in handles]
