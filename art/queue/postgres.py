@@ -620,7 +620,10 @@ class _Worker(pq_worker.Worker):
         # (Its periodic deferrer is left out: art's queue has no periodic task.)
         tasks = [
             asyncio.create_task(self._heartbeats(), name="update_heartbeats"),
-            asyncio.create_task(self._poll_jobs_to_abort(), name="poll_jobs_to_abort"),
+            asyncio.create_task(
+                self._poll_jobs_to_abort(),  # type: ignore[no-untyped-call]  # procrastinate's
+                name="poll_jobs_to_abort",
+            ),
             asyncio.create_task(self.owner.look_after(self), name="art-take-over"),
         ]
         if self.listen_notify:
@@ -739,7 +742,7 @@ class _Worker(pq_worker.Worker):
             start_timestamp=time.time(),
         )
         task = asyncio.create_task(
-            self._process_job(context),  # type: ignore[no-untyped-call]  # procrastinate's
+            self._process_job(context),
             name=f"process job {job.task_name}[{job.id}]",
         )
         self._running_jobs[task] = context
