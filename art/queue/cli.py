@@ -150,6 +150,15 @@ def worker(
             "(default 30 s).",
         ),
     ] = None,
+    max_worker_deaths: Annotated[
+        int | None,
+        typer.Option(
+            "--max-worker-deaths",
+            metavar="N",
+            min=1,
+            help="A run whose worker died running it alone N times is dead-lettered (default 3).",
+        ),
+    ] = None,
     name: Annotated[
         str | None, typer.Option("--name", metavar="NAME", help="Shown by `art workers`.")
     ] = None,
@@ -164,6 +173,7 @@ def worker(
         "heartbeat_s": heartbeat,
         "stalled_after_s": stalled_after,
         "shutdown_timeout_s": shutdown_timeout,
+        "max_worker_deaths": max_worker_deaths,
     }
 
     async def serve() -> int:

@@ -161,6 +161,12 @@ def test_a_cancel_while_the_worker_is_dead_ends_the_run_cancelled(
 
             await wait_for(in_step, "the step to start", 60)
             first.kill()
+
+            async def stuck() -> bool:  # on a silent worker, nobody left to take it over
+                return [r.run_id for r in await queue.runs(["stuck"])] == [handle.id]
+
+            await wait_for(stuck, "the run to be listed stuck", QUEUE["stalled_after_s"] + 5)
+            assert await queue.runs(["running"]) == []
             assert await handle.acancel() is True
             workers.append(WorkerProcess.start(forkserver, app.work_queue, settings, "second"))
             record = await asyncio.wait_for(handle.result(), 60)
