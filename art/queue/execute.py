@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ERROR_RETRIES",
+    "MAX_STORAGE_RETRY_S",
     "RunJob",
     "ended_status",
     "error_retry_delay",
@@ -34,6 +35,7 @@ __all__ = [
     "mark_failed",
     "record_take_over",
     "reopen",
+    "wait_for_storage",
     "worker_died_error",
 ]
 

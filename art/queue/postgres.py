@@ -19,8 +19,17 @@ What art adds to procrastinate's worker (`_Worker`):
   `shutdown_graceful_timeout` for running ones, then aborts them with reason SHUTDOWN; art's
   task then leaves the run as a crash would and raises `HandedBack`, which the task's retry
   strategy answers with an immediate retry: the job waits for the next worker.
+- **Poison runs.** A job its dead worker ran alone is charged the death (`art_queue_attempts`
+  records every attempt and how it ended); at `max_worker_deaths` it fails, dead-lettered.
+  Jobs that shared the dead worker go to the `<queue>#alone` queue, which a worker takes
+  from only when it runs nothing else (`_Worker._fetch_jobs`).
+- **Outages.** procrastinate's worker stops when its heartbeat or listener raises; art's
+  keeps both going, waits for the database wherever it must write, and starts a new life
+  (a new worker id) when it lost the database or was presumed dead.
 - **Cancelling.** `cancel_job_by_id(abort=True)` cancels a waiting job, or asks the running
-  one to abort (NOTIFY): art's task then cancels the run, which ends with code CANCELLED.
+  one to abort (NOTIFY): art's task then cancels the run, which ends with code CANCELLED. A
+  job whose cancel arrived after its worker died ends at the take-over (procrastinate's
+  `retry_job` would fail it).
 - A `art_queue_workers` table names each worker (host, pid) for `art workers`, and a
   unique index finds a run's job by the run's id (and keeps one job per run).
 """

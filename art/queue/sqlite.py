@@ -7,9 +7,12 @@ model fits in two tables of the SQLite file that already holds the threads:
   state. A job may start only when no other job of its thread is `doing` and no older job of
   its thread is waiting (procrastinate's `lock`), so each thread runs its queued runs one at
   a time, in submission order, while different threads spread over every worker.
-- `queue_workers`: one row per live worker with its heartbeat. A worker silent for
-  `stalled_after_s` is presumed dead: its `doing` jobs go back to `todo` (taken over by the
-  next free worker, continuing from their stored steps) and its row is removed.
+- `queue_workers`: one row per live worker with its heartbeat (ids never reused). A worker
+  silent for `stalled_after_s` is presumed dead: its `doing` jobs go back to `todo` (taken
+  over by the next free worker, continuing from their stored steps) and its row is removed.
+  A job the dead worker ran alone is charged the death (`deaths`; at `max_worker_deaths`
+  it fails: dead-lettered); jobs that shared it are `isolated`: each runs alone next.
+- `queue_attempts`: every time a worker took a run, and how that ended.
 
 Taking jobs, taking over and cancelling are each one `BEGIN IMMEDIATE` transaction, so
 workers in several processes never take the same job. All SQL runs on one connection in
