@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,55 +21,7 @@ from .conftest import APPROVAL_PLAN
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("ART_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 KEY = "inspector-key-0123456789"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One Chromium for the module."""
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        message = (
-            f"Chromium not found at {CHROMIUM}: install the Debian package chromium "
-            "(.ci/run does), or point ART_TEST_CHROMIUM at a Chromium binary"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(f"the inspector's browser tests need Chromium in CI. {message}")
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page_errors() -> list[str]:
-    """What the page reported as errors (a test may take out those it expects)."""
-    return []
-
-
-@pytest.fixture
-def page(browser: Any, page_errors: list[str]) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.on("pageerror", lambda error: page_errors.append(str(error)))
-    page.on("console", lambda m: page_errors.append(m.text) if m.type == "error" else None)
-    page.set_default_timeout(20_000)
-    yield page
-    context.close()
-    assert not page_errors, f"the page reported errors: {page_errors}"
 
 
 def test_ask_watch_approve_and_read_the_answer_in_the_inspector(
