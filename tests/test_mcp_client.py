@@ -162,16 +162,34 @@ def test_the_fetch_server_reads_a_page_as_markdown(page, scripted_model):
     assert "| tea | 3 |" in response.steps[0].output  # the HTML table, as markdown
 
 
-def test_images_come_back_as_base64_content_blocks(servers, scripted_model):
-    model = scripted_model(planning=_plan(_step("s1", "everything__get_tiny_image")))
+def test_binary_content_is_kept_as_bytes_and_prompts_only_describe_it(servers, scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__get_tiny_image"),
+            _step("s2", "everything__get_resource_reference", resourceType="Blob", resourceId=1),
+            {"id": "s3", "tool": None, "description": "describe the image", "dependsOn": ["s1"]},
+        )
+    )
     with _instance(model, servers) as inst:
         response = inst.process("Show me the logo", "mcp-image")
+    assert response.status == "success", response.content
     blocks = response.steps[0].output
     assert [block["type"] for block in blocks] == ["text", "image", "text"]
     image = blocks[1]
     assert image["mimeType"] == "image/png"
-    assert base64.b64decode(image["data"]).startswith(b"\x89PNG")
-    json.dumps(response.model_dump(mode="json"))  # the whole response stays JSON-safe
+    assert isinstance(image["data"], bytes) and image["data"].startswith(b"\x89PNG")
+    blob = response.steps[1].output[1]["resource"]["blob"]
+    assert isinstance(blob, bytes) and blob.startswith(b"Resource 1:")
+    encoded = base64.b64encode(image["data"]).decode()
+    prompts = [*model.calls_for("step"), *model.calls_for("synthesis")]
+    assert len(prompts) == 2
+    for call in prompts:
+        text = json.dumps(call.messages)
+        assert encoded[:40] not in text and base64.b64encode(blob).decode() not in text
+        assert f"<binary data: {len(image['data']):,} bytes, image/png>" in text
+    dumped = response.model_dump(mode="json")
+    json.dumps(dumped)  # the whole response stays JSON-safe, the bytes as {"$bytes": ...}
+    assert dumped["steps"][0]["result"]["output"][1]["data"] == {"$bytes": encoded}
 
 
 def test_an_is_error_result_fails_the_step_with_the_servers_message(servers, scripted_model):

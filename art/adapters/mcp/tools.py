@@ -6,7 +6,10 @@ What a call returns becomes a ToolResult this way:
   beside it in `metadata["content"]`;
 - otherwise text-only content is the `output` as one string (blocks joined by newlines);
 - otherwise (images, audio, resources) the `output` is the list of content blocks in MCP's
-  JSON form, binary data as base64: `{"type": "image", "mimeType": "image/png", "data": ...}`;
+  JSON form with binary data decoded to `bytes`: `{"type": "image", "mimeType":
+  "image/png", "data": b"..."}`, an embedded resource's `blob` likewise. Like any bytes in
+  an output they are kept as bytes, and prompts describe them (`<binary data: 2,048 bytes,
+  image/png>`) instead of holding them (see `art.core.binary`);
 - `isError` makes an error result whose `error` is the server's text (error code UNKNOWN,
   not retried).
 
@@ -15,6 +18,7 @@ Every result carries `metadata["mcp_server"]` and `metadata["mcp_tool"]` (the MC
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 from art.adapters.mcp.connection import MCPCallError
@@ -86,7 +90,8 @@ def tool_result(
 ) -> ToolResult:
     """The ToolResult of an MCP `CallToolResult` (see the module docstring)."""
     blocks = [
-        block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content
+        _with_bytes(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+        for block in result.content
     ]
     texts = [block["text"] for block in blocks if block.get("type") == "text"]
     meta = dict(metadata or {})
@@ -110,6 +115,27 @@ def tool_result(
     return ToolResult(
         call_id=call_id, tool_name=tool_name, status="success", output=output, metadata=meta
     )
+
+
+def _with_bytes(block: dict[str, Any]) -> dict[str, Any]:
+    """A content block with its base64 data (an image's or audio's `data`, an embedded
+    resource's `blob`) decoded to bytes; left as it is when the base64 is not valid."""
+    if block.get("type") in ("image", "audio") and isinstance(block.get("data"), str):
+        if (data := _decoded(block["data"])) is not None:
+            return {**block, "data": data}
+    resource = block.get("resource")
+    if block.get("type") == "resource" and isinstance(resource, dict):
+        blob = resource.get("blob")
+        if isinstance(blob, str) and (data := _decoded(blob)) is not None:
+            return {**block, "resource": {**resource, "blob": data}}
+    return block
+
+
+def _decoded(text: str) -> bytes | None:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
 
 
 def _description(server: str, tool: mcp_types.Tool) -> str:
