@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
 
+from art.core.binary import bytes_to_json
 from art.core.log import get_logger
 
 if TYPE_CHECKING:
@@ -374,8 +375,8 @@ class _Tools:
                     "run_id": s.run_id,
                     "step_id": s.step_id,
                     "tool": s.tool_name,
-                    "args": to_jsonable_python(s.args, fallback=str),
-                    "prompt": to_jsonable_python(s.prompt, fallback=str),
+                    "args": _jsonable(s.args),
+                    "prompt": _jsonable(s.prompt),
                     "query": state.query,
                 }
                 for s in state.suspensions
@@ -428,7 +429,7 @@ def _run_result(
                 "id": record.step_id,
                 "tool": record.tool,
                 "status": record.status,
-                "output": to_jsonable_python(record.output, fallback=str),
+                "output": _jsonable(record.output),
                 "error": (record.result.error if record.result is not None else None)
                 or record.reason,
             }
@@ -445,6 +446,11 @@ def _run_result(
     if meta.status == "suspended":
         text += f"\n(thread_id {structured['thread_id']}; decide with decide_suspension)"
     return _structured(structured, text, is_error=meta.status == "error")
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` as JSON data, bytes as art's `{"$bytes": "<base64>"}` (`art.core.binary`)."""
+    return to_jsonable_python(bytes_to_json(value), fallback=str)
 
 
 def _structured(
