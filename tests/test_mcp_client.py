@@ -210,6 +210,29 @@ def test_an_is_error_result_fails_the_step_with_the_servers_message(servers, scr
     assert ok.status == "completed" and ok.output["timezone"] == "UTC"
 
 
+@pytest.mark.parametrize(
+    ("server", "tool", "arguments"),
+    [
+        ("everything", "echo", {"message": 5}),  # the TypeScript SDK's zod check
+        ("probe", "wait", {"tag": "t", "seconds": "soon"}),  # the Python SDK's pydantic check
+    ],
+)
+def test_arguments_the_server_rejects_fail_with_validation_error(server, tool, arguments):
+    config = {
+        "everything": everything_server(),
+        "probe": {"command": sys.executable, "args": [str(PROBE), "stdio"]},
+    }
+    context = art.ExecutionContext(thread_id="t", trace_id="0" * 32, call_id="c1")
+    with MCPClient({server: config[server]}) as client:
+        (mcp_tool,) = [t for t in client.tools if t.mcp_name == tool]
+        # Sent as they are (the engine would refuse them against the inputSchema first),
+        # so the server's own check answers.
+        result = asyncio.run(mcp_tool.execute(arguments, context))
+    assert result.status == "error"
+    assert result.error_code == "VALIDATION_ERROR", result.error
+    assert result.retryable is False
+
+
 def test_progress_notifications_become_running_tool_updates(servers, scripted_model):
     model = scripted_model(
         planning=_plan(

@@ -10,8 +10,10 @@ What a call returns becomes a ToolResult this way:
   "image/png", "data": b"..."}`, an embedded resource's `blob` likewise. Like any bytes in
   an output they are kept as bytes, and prompts describe them (`<binary data: 2,048 bytes,
   image/png>`) instead of holding them (see `art.core.binary`);
-- `isError` makes an error result whose `error` is the server's text (error code UNKNOWN,
-  not retried).
+- `isError` makes an error result whose `error` is the server's text, not retried: error
+  code VALIDATION_ERROR when the text is a server SDK's argument rejection (the
+  TypeScript SDK's `MCP error -32602: Input validation error: ...`, the Python SDK's
+  `Error executing tool X: 1 validation error for ...`), UNKNOWN otherwise.
 
 Every result carries `metadata["mcp_server"]` and `metadata["mcp_tool"]` (the MCP name).
 """
@@ -19,6 +21,7 @@ Every result carries `metadata["mcp_server"]` and `metadata["mcp_tool"]` (the MC
 from __future__ import annotations
 
 import base64
+import re
 from typing import TYPE_CHECKING, Any
 
 from art.adapters.mcp.connection import MCPCallError
@@ -35,6 +38,13 @@ __all__ = ["MCPTool", "tool_result"]
 
 log = get_logger(__name__)
 _PERMISSIVE_INPUT: dict[str, Any] = {"type": "object"}
+# How the server SDKs word a tool call whose arguments failed the tool's input schema: the
+# TypeScript SDK (JSON-RPC's -32602 as an isError result) and the Python SDK (pydantic's
+# message inside its ToolError).
+_ARGUMENTS_REJECTED = re.compile(
+    r"MCP error -32602\b|Input validation error\b"
+    r"|Error executing tool \S+: \d+ validation errors? for "
+)
 
 
 class MCPTool(IToolExecutor):
@@ -98,12 +108,18 @@ def tool_result(
     if result.is_error:
         if len(texts) < len(blocks):
             meta["content"] = blocks
+        error = "\n".join(texts) or "the MCP tool reported an error without a message"
+        code = ToolErrorCode.VALIDATION_ERROR if _ARGUMENTS_REJECTED.match(error) else None
         return ToolResult(
             call_id=call_id,
             tool_name=tool_name,
             status="error",
-            error="\n".join(texts) or "the MCP tool reported an error without a message",
-            metadata={"error_code": ToolErrorCode.UNKNOWN.value, "retryable": False, **meta},
+            error=error,
+            metadata={
+                "error_code": (code or ToolErrorCode.UNKNOWN).value,
+                "retryable": False,
+                **meta,
+            },
         )
     if result.structured_content is not None:
         output: Any = result.structured_content
