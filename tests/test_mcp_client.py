@@ -109,6 +109,20 @@ def test_every_servers_tools_are_listed_with_their_schemas(servers):
     assert all(s.state == "running" and s.transport == "stdio" for s in statuses.values())
 
 
+def test_a_tool_that_must_run_as_a_task_is_left_out_with_the_reason(servers, caplog):
+    # server-everything's simulate-research-query has execution.taskSupport "required":
+    # a plain call always fails, so it is never offered.
+    assert "everything__simulate_research_query" not in {tool.name for tool in servers.tools}
+    status = {s.name: s for s in servers.status()}["everything"]
+    assert list(status.left_out) == ["simulate-research-query"]
+    assert "taskSupport" in status.left_out["simulate-research-query"]
+    client = MCPClient({"everything": everything_server()})
+    with client:
+        assert "everything__echo" in {tool.name for tool in client.tools}
+    warning = next(r for r in caplog.records if "left out" in r.getMessage())
+    assert "simulate-research-query" in warning.getMessage()
+
+
 # -- a whole run ---------------------------------------------------------------------------
 def test_process_plans_steps_on_mcp_tools_and_gets_their_real_outputs(
     servers, scripted_model, repo

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from art.adapters.mcp.config import MCPConfig, Transport, load_mcp_config
@@ -51,6 +51,8 @@ class ServerStatus:
     tools: list[str]
     error: str | None = None
     protocol_version: str | None = None
+    #: The server's tools that are not offered (their MCP names), with the reason each.
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 class MCPClient:
@@ -82,6 +84,7 @@ class MCPClient:
             for name, server in self.config.enabled().items()
         }
         self._tools: dict[str, list[MCPTool]] = {}
+        self._left_out: dict[str, dict[str, str]] = {}
         self._portal = Portal(name="art-mcp")
         self._lock = threading.Lock()
         self._starting: concurrent.futures.Future[None] | None = None
@@ -160,6 +163,7 @@ class MCPClient:
                     tools,
                     error,
                     connection.protocol_version,
+                    dict(self._left_out.get(name, {})),
                 )
             )
         return statuses
@@ -239,9 +243,15 @@ class MCPClient:
                 continue
             if connection.name in self._tools:
                 continue  # its tools were made when it first started
-            names = tool_names(connection.name, [tool.name for tool in listing])
+            left_out = self._left_out[connection.name] = _left_out(listing)
+            for tool, reason in left_out.items():
+                log.warning(
+                    "MCP tool left out", server=connection.name, tool=tool, reason=reason
+                )
+            offered = [tool for tool in listing if tool.name not in left_out]
+            names = tool_names(connection.name, [tool.name for tool in offered])
             self._tools[connection.name] = [
-                MCPTool(self, connection.name, tool, names[tool.name]) for tool in listing
+                MCPTool(self, connection.name, tool, names[tool.name]) for tool in offered
             ]
 
     async def _close_servers(self) -> None:
@@ -258,3 +268,15 @@ class MCPClient:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigurationError("this MCPClient is closed")
+
+
+def _left_out(listing: list[mcp_types.Tool]) -> dict[str, str]:
+    """The tools that cannot succeed when called, with why: a tool whose
+    `execution.taskSupport` is "required" answers a plain call with an error, and the MCP
+    SDK reads a task-augmented call's answer (a task, not a result) as a broken result."""
+    return {
+        tool.name: 'it must be called as an MCP task (execution.taskSupport "required"), '
+        "which the MCP SDK art uses cannot do"
+        for tool in listing
+        if tool.execution is not None and tool.execution.task_support == "required"
+    }
