@@ -6,6 +6,7 @@ tool calls; tests/mcp_probe.py, an SDK server, reports what reached the server's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import json
 import os
@@ -401,6 +402,36 @@ def test_a_crashed_server_is_restarted_and_the_step_retried(scripted_model):
         (second,) = mcp_children("mcp_server_time") - before
         assert second != first
     finally:
+        inst.close()
+
+
+@pytest.mark.parametrize("which", ["the server's timeout", "the step's timeout"])
+def test_a_hung_server_is_restarted_so_later_calls_succeed(which, scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__echo", message="hi")))
+    server_timeout = {"timeout": 1} if which == "the server's timeout" else {}
+    step_timeout = {"step_timeout_s": 1.0} if which == "the step's timeout" else {}
+    config = {"everything": {**everything_server(), **server_timeout}}
+    before = mcp_children("mcp-server-everything")  # the shared servers of the other tests
+    inst = _instance(model, config, **step_timeout)
+    first = None
+    try:
+        assert inst.process("Echo", "mcp-hung-1").steps[0].output == "Echo: hi"
+        (first,) = mcp_children("mcp-server-everything") - before
+        os.kill(first, signal.SIGSTOP)  # alive, but never answers again
+        hung = inst.process("Echo", "mcp-hung-2")
+        assert hung.steps[0].result.error_code == "TIMEOUT"
+        started = time.perf_counter()
+        response = inst.process("Echo", "mcp-hung-3")
+        assert response.steps[0].output == "Echo: hi", response.steps[0].result
+        # It waited for the ping to go unanswered and the restart, not another timeout each.
+        assert time.perf_counter() - started < 15
+        (second,) = mcp_children("mcp-server-everything") - before
+        assert second != first and not alive(first)
+        assert inst.process("Echo", "mcp-hung-4").steps[0].output == "Echo: hi"
+    finally:
+        if first is not None:
+            with contextlib.suppress(OSError):
+                os.kill(first, signal.SIGKILL)
         inst.close()
 
 

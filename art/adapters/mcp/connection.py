@@ -1,5 +1,5 @@
-"""One MCP server's session: started on first use, restarted once after a crash, stopped
-cleanly. Everything here runs on the MCP client's own event loop (see `client.py`).
+"""One MCP server's session: started on first use, restarted once after a crash or when it
+stops answering, stopped cleanly. Everything here runs on the MCP client's own event loop (see `client.py`).
 
 The SDK's `Client` is an async context manager whose task groups must be left by the task
 that entered them, so each session lives in a holder task that enters it, hands the
@@ -34,6 +34,10 @@ log = get_logger(__name__)
 #: wait out a hanging server's start, and a crashing one would be restarted in a loop).
 RETRY_START_AFTER_S = 30.0
 _STDERR_TAIL = 1500
+#: After a call times out (or is cancelled), the server is pinged; a session that does not
+#: answer a ping within this is hung (a stopped or wedged process) and is restarted like a
+#: crashed one, so later calls do not each wait out their own timeout on it.
+PING_TIMEOUT_S = 5.0
 
 ProgressCallback = Callable[[float, float | None, str | None], None]
 _E = TypeVar("_E", bound=BaseException)
@@ -77,6 +81,8 @@ class ServerConnection:
         self._why = ""
         self._failed_at: float | None = None
         self.restarts = 0
+        #: The liveness check after a call that timed out; calls wait for it to finish.
+        self._check: asyncio.Task[None] | None = None
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -100,6 +106,9 @@ class ServerConnection:
 
     async def close(self) -> None:
         """Stop the session (a stdio server's process tree included). Idempotent."""
+        if self._check is not None:
+            self._check.cancel()
+            await asyncio.gather(self._check, return_exceptions=True)
         async with self._guard():
             await self._disconnect()
 
@@ -126,9 +135,15 @@ class ServerConnection:
                 read_timeout_seconds=self.config.timeout_s,
                 progress_callback=forward,
             )
+        except asyncio.CancelledError:
+            self._check_alive(client)  # the step's timeout, or the run was cancelled
+            raise
         except Exception as exc:
             if not _session_lost(exc, self.transport):
-                raise _call_error(self.name, tool, exc, self.config.timeout_s) from None
+                error = _call_error(self.name, tool, exc, self.config.timeout_s)
+                if error.code is ToolErrorCode.TIMEOUT:
+                    self._check_alive(client)
+                raise error from None
         # The server went away (a stdio process that exited, an HTTP server that is gone
         # or was replaced and no longer knows the session).
         await self._restart(client)
@@ -145,7 +160,32 @@ class ServerConnection:
             self._lock = asyncio.Lock()
         return self._lock
 
+    def _check_alive(self, client: Client) -> None:
+        """Ping `client`'s server in the background, restarting it when it does not answer."""
+        if self._check is None or self._check.done():
+            self._check = asyncio.get_running_loop().create_task(self._ping_or_restart(client))
+
+    async def _ping_or_restart(self, client: Client) -> None:
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await client.send_ping()
+            return
+        except Exception as exc:
+            if self._client is not client:
+                return  # already replaced
+            log.warning(
+                "MCP server does not answer a ping; restarting it",
+                server=self.name,
+                error=_reason(exc) if not isinstance(exc, TimeoutError) else "no answer",
+            )
+        with contextlib.suppress(MCPCallError):
+            await self._restart(client)
+
     async def _connected(self) -> Client:
+        check = self._check
+        if check is not None and not check.done():
+            # A session that may be hung: wait to know (and for its replacement).
+            await asyncio.shield(check)
         client = self._client
         if client is not None:
             return client
