@@ -6,8 +6,8 @@ tool calls; tests/mcp_probe.py, an SDK server, reports what reached the server's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -470,6 +470,102 @@ def test_a_server_that_does_not_start_is_left_out_with_a_warning(scripted_model,
     with pytest.raises(MCPServerError, match=r"'missing' .* did not start: command not found"):
         client.start()
     client.close()
+
+
+# -- approval and retries ------------------------------------------------------------------
+def _staged_repo(path: Path) -> Path:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}
+    env |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b.c"}
+    subprocess.run(["git", "init", "-q"], cwd=path, env=env, check=True)
+    commit = ["git", "commit", "-q", "--allow-empty", "-m", "c1"]
+    subprocess.run(commit, cwd=path, env=env, check=True)
+    (path / "notes.txt").write_text("draft")
+    subprocess.run(["git", "add", "notes.txt"], cwd=path, check=True)
+    return path
+
+
+def _staged(repo: Path) -> list[str]:
+    names = subprocess.run(
+        ["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True, text=True
+    )
+    return names.stdout.split()
+
+
+@pytest.mark.parametrize("decision", [True, False])
+def test_a_destructive_tool_waits_for_a_persons_approval(decision, scripted_model, tmp_path):
+    repo = _staged_repo(tmp_path)
+    # git_reset says destructiveHint: true, so by default it asks first.
+    model = scripted_model(planning=_plan(_step("s1", "git__git_reset", repo_path=str(repo))))
+    with _instance(model, {"git": git_server()}) as inst:
+        response = inst.process("Unstage everything", "mcp-approve")
+        assert response.status == "suspended"
+        assert _staged(repo) == ["notes.txt"]  # nothing ran yet
+        state = inst.check_for_suspended_state("mcp-approve")
+        (suspension,) = state.suspensions
+        assert suspension.prompt["tool"] == "git_reset"
+        assert suspension.prompt["arguments"] == {"repo_path": str(repo)}
+        assert suspension.prompt["annotations"]["destructiveHint"] is True
+        done = inst.resume_execution(
+            "mcp-approve", response.metadata.suspension_id, {"approved": decision}
+        )
+    if decision:
+        assert done.status == "success", done.content
+        assert "reset" in done.steps[0].output.lower()
+        assert _staged(repo) == []
+    else:
+        assert done.steps[0].status == "failed"
+        assert _staged(repo) == ["notes.txt"]  # a rejected call never reaches the server
+
+
+@pytest.mark.parametrize(
+    ("settings", "asking"),
+    [
+        ({}, {"git_reset"}),  # the default: the tools annotated destructive
+        ({"autoApprove": ["git_reset"]}, set()),  # Cline's list
+        ({"alwaysAllow": ["git_reset"]}, set()),  # Roo Code's list
+        ({"requireApproval": ["git_log"]}, {"git_reset", "git_log"}),
+        ({"approval": "never"}, set()),
+        ({"approval": "always", "autoApprove": ["git_status"]}, "all but git_status"),
+    ],
+)
+def test_annotations_and_the_configs_lists_decide_which_tools_ask(settings, asking):
+    with MCPClient({"git": {**git_server(), **settings}}) as client:
+        tools = {tool.mcp_name: tool.schema for tool in client.tools}
+    if asking == "all but git_status":
+        asking = set(tools) - {"git_status"}
+    assert {name for name, schema in tools.items() if schema.mode == "blocking"} == asking
+    assert all(tools[name].runs_on_approval for name in asking)
+
+
+def test_a_tool_that_is_not_idempotent_is_not_retried_after_its_server_crashed(
+    scripted_model, tmp_path
+):
+    log = tmp_path / "probe.log"
+    probe = {
+        "command": sys.executable,
+        "args": [str(PROBE), "stdio"],
+        "env": {"MCP_PROBE_LOG": str(log)},
+    }
+    model = scripted_model(planning=_plan(_step("s1", "probe__wait_and_count", seconds=30)))
+    inst = _instance(model, {"probe": probe}, step_max_retries=2, retry_backoff_s=0)
+    try:
+        killer = threading.Thread(target=_kill_when_started, args=(log,))
+        killer.start()
+        response = inst.process("Wait", "mcp-not-idempotent")
+        killer.join()
+    finally:
+        inst.close()
+    step = response.steps[0]
+    assert step.result.error_code == "IO_ERROR" and not step.result.retryable
+    assert step.attempts == 1 and log.read_text().split() == ["started"]
+
+
+def _kill_when_started(log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and log.read_text()):
+        time.sleep(0.05)
+    for pid in mcp_children(str(PROBE)):
+        os.kill(pid, signal.SIGKILL)
 
 
 # -- HTTP ----------------------------------------------------------------------------------

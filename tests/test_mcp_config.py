@@ -9,6 +9,7 @@ import sys
 import mcp_types
 import pytest
 
+import art
 from art.adapters.mcp import MCPConfig, MCPServerConfig, MCPTool, load_mcp_config, tool_result
 from art.adapters.mcp.naming import snake_case, tool_names
 from art.errors import ConfigurationError
@@ -210,7 +211,7 @@ def test_text_content_is_the_output_as_one_string():
     assert tool_result(_result(content=[]), "c1", "t").output == ""
 
 
-def test_images_audio_and_resources_are_kept_as_json_safe_blocks():
+def test_binary_data_in_images_audio_and_resources_becomes_bytes():
     blocks = [
         {"type": "text", "text": "Here it is:"},
         {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
@@ -223,8 +224,17 @@ def test_images_audio_and_resources_are_kept_as_json_safe_blocks():
     ]
     result = tool_result(_result(content=blocks), "c1", "t")
     assert result.status == "success"
-    assert result.output == blocks
-    json.dumps(result.output)  # JSON-safe as it is
+    assert result.output == [
+        blocks[0],
+        {"type": "image", "data": b"\x89PNG\r\n\x1a\n", "mimeType": "image/png"},
+        {"type": "audio", "data": b"RIFF", "mimeType": "audio/wav"},
+        {"type": "resource", "resource": {**blocks[3]["resource"], "blob": b"\x00\x01\x02"}},
+        blocks[4],
+    ]
+    # JSON carries the bytes losslessly, as {"$bytes": base64}
+    dumped = result.model_dump(mode="json")["output"]
+    assert dumped[1]["data"] == {"$bytes": "iVBORw0KGgo="}
+    assert art.ToolResult.model_validate_json(result.model_dump_json()).output == result.output
 
 
 def test_is_error_becomes_an_error_result_with_the_servers_message():

@@ -24,7 +24,11 @@ from art.cli.app import EXIT_USAGE, app
 from art.storage.opening import open_storage
 
 ART = str(Path(sys.executable).parent / "art")
-SERVER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+# PYTHONPATH too: the server runs the code under test (a checkout that is not the installed one).
+SERVER_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+}
 
 
 async def exercise(client: Client) -> None:

@@ -245,13 +245,27 @@ class MCPClient:
                 continue  # its tools were made when it first started
             left_out = self._left_out[connection.name] = _left_out(listing)
             for tool, reason in left_out.items():
-                log.warning(
-                    "MCP tool left out", server=connection.name, tool=tool, reason=reason
-                )
+                log.warning("MCP tool left out", server=connection.name, tool=tool, reason=reason)
             offered = [tool for tool in listing if tool.name not in left_out]
+            server = self.config.servers[connection.name]
+            listed = {tool.name for tool in listing}
+            unknown = (server.approved_tools | set(server.require_approval)) - listed
+            if unknown:
+                log.warning(
+                    "MCP approval lists name tools the server does not have",
+                    server=connection.name,
+                    tools=sorted(unknown),
+                )
             names = tool_names(connection.name, [tool.name for tool in offered])
             self._tools[connection.name] = [
-                MCPTool(self, connection.name, tool, names[tool.name]) for tool in offered
+                MCPTool(
+                    self,
+                    connection.name,
+                    tool,
+                    names[tool.name],
+                    asks_first=server.asks_before(tool),
+                )
+                for tool in offered
             ]
 
     async def _close_servers(self) -> None:

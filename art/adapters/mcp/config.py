@@ -15,14 +15,17 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from art.core.models import ArtModel
 from art.errors import ConfigurationError
 
-__all__ = ["MCPConfig", "MCPServerConfig", "Transport", "load_mcp_config"]
+if TYPE_CHECKING:
+    import mcp_types
+
+__all__ = ["Approval", "MCPConfig", "MCPServerConfig", "Transport", "load_mcp_config"]
 
 #: `stdio` runs `command`; `http` is Streamable HTTP with the SSE fallback; `sse` is SSE only.
 Transport = Literal["stdio", "http", "sse"]
@@ -36,7 +39,9 @@ _TRANSPORT_NAMES: dict[str, Transport] = {
     "sse": "sse",
 }
 # Keys other MCP hosts write into the same file; they mean nothing to art.
-_FOREIGN_KEYS = frozenset({"autoApprove", "alwaysAllow", "description"})
+_FOREIGN_KEYS = frozenset({"description"})
+#: When a server's tools ask a person first (see `MCPServerConfig.approval`).
+Approval = Literal["destructive", "always", "never"]
 _VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 
@@ -60,6 +65,17 @@ class MCPServerConfig(ArtModel):
     #: How long starting the server (process start, handshake, tool listing) may take.
     startup_timeout_s: float = Field(default=30.0, gt=0, alias="startupTimeout")
     disabled: bool = False
+    #: Which tools ask a person before they run (art's blocking path: the run suspends, and
+    #: an approval runs the tool with the approved arguments): `destructive` (the default)
+    #: the tools whose annotations do not say read-only and say destructive (MCP's defaults
+    #: apply to absent hints: a tool without annotations counts as destructive), `always`
+    #: every tool, `never` none.
+    approval: Approval = "destructive"
+    #: MCP tool names that never ask (Cline's `autoApprove`, Roo Code's `alwaysAllow`).
+    auto_approve: list[str] = Field(default_factory=list, alias="autoApprove")
+    always_allow: list[str] = Field(default_factory=list, alias="alwaysAllow")
+    #: MCP tool names that always ask, whatever `approval` and their annotations say.
+    require_approval: list[str] = Field(default_factory=list, alias="requireApproval")
 
     @model_validator(mode="before")
     @classmethod
@@ -85,6 +101,34 @@ class MCPServerConfig(ArtModel):
             needs = "`command`" if self.transport == "stdio" else "`url`"
             raise ValueError(f"transport {self.transport!r} needs {needs}")
         return self
+
+    @model_validator(mode="after")
+    def _approval_lists_agree(self) -> MCPServerConfig:
+        both = sorted(set(self.require_approval) & set(self.approved_tools))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} cannot be both in requireApproval and in "
+                "autoApprove / alwaysAllow"
+            )
+        return self
+
+    @property
+    def approved_tools(self) -> frozenset[str]:
+        """The MCP tool names that never ask (`autoApprove` and `alwaysAllow` together)."""
+        return frozenset(self.auto_approve) | frozenset(self.always_allow)
+
+    def asks_before(self, tool: mcp_types.Tool) -> bool:
+        """Whether calling `tool` waits for a person's approval (see `approval`)."""
+        if tool.name in self.require_approval:
+            return True
+        if tool.name in self.approved_tools or self.approval == "never":
+            return False
+        if self.approval == "always":
+            return True
+        hints = tool.annotations
+        read_only = bool(hints and hints.read_only_hint)
+        destructive = hints is None or hints.destructive_hint is not False
+        return not read_only and destructive
 
     @property
     def kind(self) -> Transport:

@@ -1,5 +1,6 @@
 """One MCP server's session: started on first use, restarted once after a crash or when it
-stops answering, stopped cleanly. Everything here runs on the MCP client's own event loop (see `client.py`).
+stops answering, stopped cleanly. Everything here runs on the MCP client's own event loop
+(see `client.py`).
 
 The SDK's `Client` is an async context manager whose task groups must be left by the task
 that entered them, so each session lives in a holder task that enters it, hands the

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from art.observe.events import Event
     from art.responses import AgentFinalResponse
 
-__all__ = ["TOOLS", "aserve", "create_mcp_server", "serve", "streamable_http_app"]
+__all__ = ["ANNOTATIONS", "TOOLS", "aserve", "create_mcp_server", "serve", "streamable_http_app"]
 
 log = get_logger(__name__)
 
@@ -154,6 +154,15 @@ TOOLS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         _RUN_RESULT,
     ),
 }
+#: The tools' MCP annotations (hints for clients that ask before a call): `query` and
+#: `decide_suspension` run tools, but every tool that must ask a person asks through
+#: art's own suspensions, so neither is destructive itself.
+ANNOTATIONS: dict[str, dict[str, bool]] = {
+    "query": {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": True},
+    "plan": {"readOnlyHint": True, "openWorldHint": False},
+    "list_suspensions": {"readOnlyHint": True, "openWorldHint": False},
+    "decide_suspension": {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": True},
+}
 # Events a query reports as progress, besides the finished steps.
 _REPORTED = frozenset({"plan:created", "plan:updated", "step:status", "suspended"})
 _FINISHED_STEP = frozenset({"completed", "failed", "skipped"})
@@ -251,11 +260,17 @@ class _Tools:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        from mcp_types import ListToolsResult, Tool
+        from mcp_types import ListToolsResult, Tool, ToolAnnotations
 
         return ListToolsResult(
             tools=[
-                Tool(name=name, description=text, input_schema=inputs, output_schema=outputs)
+                Tool(
+                    name=name,
+                    description=text,
+                    input_schema=inputs,
+                    output_schema=outputs,
+                    annotations=ToolAnnotations.model_validate(ANNOTATIONS[name]),
+                )
                 for name, (text, inputs, outputs) in TOOLS.items()
             ]
         )

@@ -16,6 +16,13 @@ What a call returns becomes a ToolResult this way:
   `Error executing tool X: 1 validation error for ...`), UNKNOWN otherwise.
 
 Every result carries `metadata["mcp_server"]` and `metadata["mcp_tool"]` (the MCP name).
+
+A tool the server's config says asks first (`MCPServerConfig.asks_before`: its annotations,
+`approval`, `autoApprove` / `alwaysAllow`, `requireApproval`) is a blocking tool that runs
+on approval: its first call suspends the run with the question, and an approval runs it
+with the approved arguments. A failure outside the tool that could be retried (a timeout,
+a server that went away mid-call) is marked retryable only for a tool whose annotations
+say it is read-only or idempotent: the failed call may have had its effect.
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from art.adapters.mcp.connection import MCPCallError
 from art.core.log import get_logger
 from art.errors import ToolErrorCode
-from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.contract import (
+    RUN_ON_APPROVAL,
+    ExecutionContext,
+    IToolExecutor,
+    ToolResult,
+    ToolSchema,
+)
 
 if TYPE_CHECKING:
     import mcp_types
@@ -50,23 +63,48 @@ _ARGUMENTS_REJECTED = re.compile(
 class MCPTool(IToolExecutor):
     """A tool of an MCP server, called through the `MCPClient` that listed it."""
 
-    def __init__(self, client: MCPClient, server: str, tool: mcp_types.Tool, name: str) -> None:
+    def __init__(
+        self,
+        client: MCPClient,
+        server: str,
+        tool: mcp_types.Tool,
+        name: str,
+        *,
+        asks_first: bool = False,
+    ) -> None:
         self.client = client
         self.server_name = server
         #: The tool's name on its server (what is sent in `tools/call`).
         self.mcp_name = tool.name
         self.mcp_tool = tool
+        #: Whether a call waits for a person's approval first (`MCPServerConfig.asks_before`).
+        self.asks_first = asks_first
+        hints = tool.annotations
+        #: Whether calling again after a failure cannot repeat an effect (MCP's defaults:
+        #: not read-only, not idempotent).
+        self.safe_to_retry = bool(hints and (hints.read_only_hint or hints.idempotent_hint))
         self.schema = ToolSchema(
             name=name,
             description=_description(server, tool),
             input_schema=_input_schema(server, tool),
             output_schema=tool.output_schema,
+            execution_mode="blocking" if self.asks_first else "functional",
+            blocking_config={RUN_ON_APPROVAL: True} if self.asks_first else None,
         )
 
     def __repr__(self) -> str:
         return f"MCPTool({self.schema.name!r}, server={self.server_name!r}, mcp={self.mcp_name!r})"
 
     async def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
+        if self.asks_first and context.decision is None:
+            return ToolResult(
+                call_id=context.call_id,
+                tool_name=self.schema.name,
+                status="suspended",
+                output=self._question(input),
+                metadata=self._origin(),
+            )
+
         def on_progress(progress: float, total: float | None, message: str | None) -> None:
             # MCP progress carries no partial output: a `running` update.
             title = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
@@ -82,7 +120,7 @@ class MCPTool(IToolExecutor):
                 error=exc.message,
                 metadata={
                     "error_code": exc.code.value,
-                    "retryable": exc.retryable,
+                    "retryable": exc.retryable and self.safe_to_retry,
                     **self._origin(),
                 },
             )
@@ -90,6 +128,20 @@ class MCPTool(IToolExecutor):
 
     def _origin(self) -> dict[str, str]:
         return {"mcp_server": self.server_name, "mcp_tool": self.mcp_name}
+
+    def _question(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """What the reviewer of a call is shown."""
+        hints = self.mcp_tool.annotations
+        return {
+            "question": f"Run the tool {self.mcp_name!r} of the MCP server "
+            f"{self.server_name!r} with these arguments?",
+            "server": self.server_name,
+            "tool": self.mcp_name,
+            "arguments": arguments,
+            "annotations": hints.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if hints is not None
+            else None,
+        }
 
 
 def tool_result(
@@ -136,14 +188,15 @@ def tool_result(
 def _with_bytes(block: dict[str, Any]) -> dict[str, Any]:
     """A content block with its base64 data (an image's or audio's `data`, an embedded
     resource's `blob`) decoded to bytes; left as it is when the base64 is not valid."""
-    if block.get("type") in ("image", "audio") and isinstance(block.get("data"), str):
-        if (data := _decoded(block["data"])) is not None:
-            return {**block, "data": data}
+    data = block.get("data")
+    if block.get("type") in ("image", "audio") and isinstance(data, str):
+        decoded = _decoded(data)
+        return block if decoded is None else {**block, "data": decoded}
     resource = block.get("resource")
     if block.get("type") == "resource" and isinstance(resource, dict):
         blob = resource.get("blob")
-        if isinstance(blob, str) and (data := _decoded(blob)) is not None:
-            return {**block, "resource": {**resource, "blob": data}}
+        if isinstance(blob, str) and (decoded := _decoded(blob)) is not None:
+            return {**block, "resource": {**resource, "blob": decoded}}
     return block
 
 
