@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import mcp_types
 import pytest
 
 import art
-from art.adapters.mcp import MCPConfig, MCPServerConfig, MCPTool, load_mcp_config, tool_result
+from art.adapters.mcp import (
+    MCPClient,
+    MCPConfig,
+    MCPServerConfig,
+    MCPTool,
+    load_mcp_config,
+    tool_result,
+)
 from art.adapters.mcp.naming import snake_case, tool_names
 from art.errors import ConfigurationError
 from art.tooling.registry import TOOL_NAME_PATTERN, ToolRegistry
@@ -267,3 +275,74 @@ def test_missing_npm_server_fails_under_ci_and_skips_otherwise(monkeypatch, tmp_
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="is not installed"):
         mcp_fixtures.require_everything()
+
+
+# -- VS Code's variables, inputs and envFile -----------------------------------------------
+VSCODE = {
+    "inputs": [
+        {"type": "promptString", "id": "api-key", "description": "Search API key", "password": True}
+    ],
+    "servers": {
+        "files": {
+            "type": "stdio",
+            "command": "npx",
+            "args": ["${workspaceFolder}/docs", "${workspaceFolderBasename}", "${env:HOME}"],
+            "env": {"MODE": "strict", "WHERE": "${userHome}${pathSeparator}x"},
+            "envFile": "${workspaceFolder}/.env",
+        },
+        "search": {
+            "type": "http",
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer ${input:api-key}"},
+        },
+    },
+}
+
+
+def _vscode_workspace(tmp_path) -> Path:
+    workspace = tmp_path / "proj"
+    (workspace / ".vscode").mkdir(parents=True)
+    (workspace / ".vscode" / "mcp.json").write_text(json.dumps(VSCODE))
+    (workspace / ".env").write_text('# secrets\nTOKEN="t0k"\nexport MODE=loose\n')
+    return workspace / ".vscode" / "mcp.json"
+
+
+def test_vscode_variables_and_env_file_are_resolved(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = MCPConfig.load(_vscode_workspace(tmp_path), inputs={"api-key": "k3y"})
+    workspace = tmp_path / "proj"
+    files = config.servers["files"]
+    assert files.args == [f"{workspace}/docs", "proj", str(tmp_path / "home")]
+    # envFile's variables under `env`, which wins
+    assert files.env == {"TOKEN": "t0k", "MODE": "strict", "WHERE": f"{tmp_path}/home/x"}
+    assert files.env_file == f"{workspace}/.env"
+    assert config.servers["search"].headers == {"Authorization": "Bearer k3y"}
+    assert config.refused == {}
+
+
+def test_a_server_needing_an_input_without_a_value_is_refused_alone(tmp_path):
+    path = _vscode_workspace(tmp_path)
+    config = MCPConfig.load(path)
+    assert list(config.enabled()) == ["files"]  # the other server still loads
+    reason = config.refused["search"]
+    assert "${input:api-key}" in reason and "Search API key" in reason
+    assert "inputs={'api-key': ...}" in reason
+    client = MCPClient(config)
+    statuses = {s.name: s for s in client.status()}
+    assert statuses["search"].state == "failed" and statuses["search"].error == reason
+    assert client.errors() == {"search": reason}
+    client.close()
+
+
+def test_an_unreadable_env_file_refuses_that_server_with_the_reason(tmp_path):
+    config = MCPConfig.from_dict(
+        {
+            "servers": {
+                "a": {"command": "srv", "envFile": "missing.env"},
+                "b": {"command": "srv"},
+            }
+        },
+        workspace=tmp_path,
+    )
+    assert list(config.enabled()) == ["b"]
+    assert f"cannot read its envFile {tmp_path / 'missing.env'}" in config.refused["a"]

@@ -134,11 +134,13 @@ class MCPClient:
     def errors(self) -> dict[str, str]:
         """Why each server that is not running is not: did not start, or stopped and
         could not be restarted."""
-        return {
-            name: connection.error
+        errors = dict(self.config.refused)
+        errors.update(
+            (name, connection.error)
             for name, connection in self._connections.items()
             if not connection.running and connection.error is not None
-        }
+        )
+        return errors
 
     def status(self) -> list[ServerStatus]:
         """Every configured server, disabled ones included, in config order."""
@@ -147,6 +149,10 @@ class MCPClient:
             connection = self._connections.get(name)
             tools = [tool.name for tool in self._tools.get(name, [])]
             target = server.describe()
+            if name in self.config.refused:
+                reason = self.config.refused[name]
+                statuses.append(ServerStatus(name, "failed", server.kind, target, [], reason))
+                continue
             if connection is None:
                 statuses.append(ServerStatus(name, "disabled", server.kind, target, tools))
                 continue
