@@ -472,6 +472,74 @@ def test_a_server_that_does_not_start_is_left_out_with_a_warning(scripted_model,
     client.close()
 
 
+# -- log notifications and sampling ---------------------------------------------------------
+def test_a_servers_log_notifications_become_running_updates_of_its_calls(scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__toggle_simulated_logging"),
+            # server-everything then logs every 5 s: at least once during this call
+            {
+                **_step("s2", "everything__trigger_long_running_operation", duration=6, steps=2),
+                "dependsOn": ["s1"],
+            },
+        )
+    )
+    updates = []
+    with _instance(model, {"everything": everything_server()}) as inst:
+        inst.on("tool:update", lambda data, context: updates.append(data))
+        response = inst.process("Log while working", "mcp-logs")
+    assert response.status == "success", response.content
+    logs = [u for u in updates if "mcp_log" in u.get("metadata", {})]
+    assert logs, updates
+    entry = logs[-1]
+    assert entry["stage"] == "running" and entry["step_id"] == "s2"
+    assert entry["metadata"]["mcp_log"]["level"] in {
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    }
+    assert entry["title"].startswith(entry["metadata"]["mcp_log"]["level"] + ": ")
+    assert "message" in entry["title"]
+
+
+def test_sampling_requests_are_answered_by_the_agents_model_within_the_limits(scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__trigger_sampling_request", prompt="a haiku", maxTokens=500),
+            {
+                **_step("s2", "everything__trigger_sampling_request", prompt="again", maxTokens=5),
+                "dependsOn": ["s1"],
+            },
+        ),
+        default="Leaves fall quietly",
+    )
+    config = {
+        "everything": {**everything_server(), "samplingMaxTokens": 64, "samplingPerMinute": 1}
+    }
+    with _instance(model, config) as inst:
+        response = inst.process("Sample twice", "mcp-sampling")
+    first, second = response.steps
+    assert first.status == "completed", first.result
+    assert "Leaves fall quietly" in first.output
+    (sampled,) = model.calls_for("sampling")  # the second one was over the limit
+    assert sampled.params["max_tokens"] == 64  # the server asked for 500: the ceiling holds
+    assert "a haiku" in json.dumps(sampled.messages)
+    assert sampled.messages[0] == {"role": "system", "content": "You are a helpful test server."}
+    assert second.status == "failed"
+    assert "sampling limit reached (1 requests a minute)" in second.result.error
+
+
+def test_a_server_not_allowed_to_sample_does_not_offer_its_sampling_tools():
+    with MCPClient({"everything": {**everything_server(), "sampling": False}}) as client:
+        names = {tool.mcp_name for tool in client.tools}
+    assert "trigger-sampling-request" not in names and "echo" in names
+
+
 # -- approval and retries ------------------------------------------------------------------
 def _staged_repo(path: Path) -> Path:
     env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}

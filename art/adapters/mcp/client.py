@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from art.adapters.mcp.config import MCPConfig, Transport, load_mcp_config
-from art.adapters.mcp.connection import MCPServerError, ProgressCallback, ServerConnection
+from art.adapters.mcp.connection import (
+    LogCallback,
+    MCPServerError,
+    ProgressCallback,
+    SampleFn,
+    ServerConnection,
+)
 from art.adapters.mcp.naming import tool_names
 from art.core.log import get_logger
 from art.core.sync import Portal
@@ -181,6 +187,7 @@ class MCPClient:
         tool: str,
         arguments: dict[str, Any],
         on_progress: ProgressCallback | None = None,
+        on_log: LogCallback | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `server`'s MCP tool `tool` (its MCP name) from any event loop.
 
@@ -190,7 +197,15 @@ class MCPClient:
         connection = self._connections.get(server)
         if connection is None:
             raise ConfigurationError(f"no enabled MCP server named {server!r}")
-        return await self._on_loop(connection.call(tool, arguments, on_progress))
+        return await self._on_loop(connection.call(tool, arguments, on_progress, on_log))
+
+    def attach_sampler(self, sampler: SampleFn) -> None:
+        """Answer the servers' sampling requests with `sampler` (an `ArtInstance` attaches
+        its model when given this client; a client shared by several instances keeps the
+        first one's)."""
+        for connection in self._connections.values():
+            if connection.sampler is None:
+                connection.sampler = sampler
 
     # -- closing ------------------------------------------------------------------------
     async def aclose(self) -> None:

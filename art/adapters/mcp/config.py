@@ -95,6 +95,12 @@ class MCPServerConfig(ArtModel):
     always_allow: list[str] = Field(default_factory=list, alias="alwaysAllow")
     #: MCP tool names that always ask, whatever `approval` and their annotations say.
     require_approval: list[str] = Field(default_factory=list, alias="requireApproval")
+    #: Whether the server may ask art's model for a completion (MCP sampling), and within
+    #: which limits: tokens per request (the server's own max lowered to this) and
+    #: requests per minute.
+    sampling: bool = True
+    sampling_max_tokens: int = Field(default=1024, ge=1, alias="samplingMaxTokens")
+    sampling_per_minute: int = Field(default=10, ge=1, alias="samplingPerMinute")
 
     @model_validator(mode="before")
     @classmethod

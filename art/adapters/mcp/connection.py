@@ -15,7 +15,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from art.adapters.mcp.config import MCPServerConfig, Transport
@@ -41,6 +41,13 @@ _STDERR_TAIL = 1500
 PING_TIMEOUT_S = 5.0
 
 ProgressCallback = Callable[[float, float | None, str | None], None]
+#: Called with a log notification's level, logger and data.
+LogCallback = Callable[[str, str | None, Any], None]
+#: Answers a sampling request: (server, params, max_tokens) -> the result.
+SampleFn = Callable[
+    ["str", "mcp_types.CreateMessageRequestParams", int],
+    Awaitable["mcp_types.CreateMessageResult"],
+]
 _E = TypeVar("_E", bound=BaseException)
 
 
@@ -84,6 +91,12 @@ class ServerConnection:
         self.restarts = 0
         #: The liveness check after a call that timed out; calls wait for it to finish.
         self._check: asyncio.Task[None] | None = None
+        #: The log listeners of the calls in flight (a server's log notification carries
+        #: no request id, so each call running on the server reports it).
+        self._log_listeners: set[LogCallback] = set()
+        #: What answers the server's sampling requests (set by the instance using it).
+        self.sampler: SampleFn | None = None
+        self._sampling_limit: Any = None
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -118,8 +131,23 @@ class ServerConnection:
         tool: str,
         arguments: dict[str, Any],
         on_progress: ProgressCallback | None,
+        on_log: LogCallback | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `tool`; raises MCPCallError for failures outside the tool itself."""
+        if on_log is None:
+            return await self._call(tool, arguments, on_progress)
+        self._log_listeners.add(on_log)
+        try:
+            return await self._call(tool, arguments, on_progress)
+        finally:
+            self._log_listeners.discard(on_log)
+
+    async def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        on_progress: ProgressCallback | None,
+    ) -> mcp_types.CallToolResult:
         client = await self._connected()
 
         forward = None
@@ -154,6 +182,42 @@ class ServerConnection:
             ToolErrorCode.IO_ERROR,
             retryable=True,
         )
+
+    # -- requests and notifications from the server -----------------------------------------
+    async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        """A log notification: into art's log, and to every call running on the server."""
+        level = str(params.level)
+        log.info(
+            "MCP server log", server=self.name, level=level, logger=params.logger, data=params.data
+        )
+        for listener in list(self._log_listeners):
+            try:
+                listener(level, params.logger, params.data)
+            except Exception:  # a listener's failure must not break the session
+                log.debug("MCP log listener failed", server=self.name, exc_info=True)
+
+    async def _on_sample(
+        self, context: Any, params: mcp_types.CreateMessageRequestParams
+    ) -> mcp_types.CreateMessageResult | mcp_types.ErrorData:
+        """A sampling request, answered by art's model within the server's limits."""
+        from mcp_types import INVALID_REQUEST, ErrorData
+
+        from art.adapters.mcp.sampling import SamplingLimit
+
+        if self.sampler is None:
+            why = "no model: this MCP client serves no art instance"
+            return ErrorData(code=INVALID_REQUEST, message=f"sampling refused: {why}")
+        if self._sampling_limit is None:
+            self._sampling_limit = SamplingLimit(self.config)
+        max_tokens, refused = self._sampling_limit.admit(params.max_tokens)
+        if refused is not None:
+            log.warning("MCP sampling refused", server=self.name, reason=refused)
+            return ErrorData(code=INVALID_REQUEST, message=f"sampling refused: {refused}")
+        try:
+            return await self.sampler(self.name, params, max_tokens)
+        except Exception as exc:
+            log.warning("MCP sampling failed", server=self.name, error=_reason(exc))
+            return ErrorData(code=INVALID_REQUEST, message=f"sampling failed: {_reason(exc)}")
 
     # -- internals ----------------------------------------------------------------------
     def _guard(self) -> asyncio.Lock:
@@ -321,7 +385,13 @@ class ServerConnection:
             )
             stack.push_async_callback(http.aclose)
             server = streamable_http_client(config.url, http_client=http)
-        return Client(server, client_info=self._client_info)
+        return Client(
+            server,
+            client_info=self._client_info,
+            logging_callback=self._on_log,
+            # Declared only when allowed: a server offers sampling tools to clients that do.
+            sampling_callback=self._on_sample if config.sampling else None,
+        )
 
     async def _disconnect(self) -> None:
         stop, holder = self._stop, self._holder

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from art.adapters.mcp.connection import MCPCallError
 from art.core.log import get_logger
+from art.core.serialization import safe_stringify
 from art.errors import ToolErrorCode
 from art.tooling.contract import (
     RUN_ON_APPROVAL,
@@ -110,8 +111,17 @@ class MCPTool(IToolExecutor):
             title = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
             context.progress(title, {"progress": progress, "total": total, "message": message})
 
+        def on_log(level: str, logger: str | None, data: Any) -> None:
+            # A server's log message while the call runs: a `running` update.
+            text = data if isinstance(data, str) else safe_stringify(data, 500)
+            context.progress(
+                f"{level}: {text}", {"mcp_log": {"level": level, "logger": logger, "data": data}}
+            )
+
         try:
-            result = await self.client.call(self.server_name, self.mcp_name, input, on_progress)
+            result = await self.client.call(
+                self.server_name, self.mcp_name, input, on_progress, on_log
+            )
         except MCPCallError as exc:
             return ToolResult(
                 call_id=context.call_id,
