@@ -540,6 +540,53 @@ def test_a_server_not_allowed_to_sample_does_not_offer_its_sampling_tools():
     assert "trigger-sampling-request" not in names and "echo" in names
 
 
+def test_an_elicitation_suspends_the_run_and_the_answer_runs_the_call_again(scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    with _instance(model, {"everything": everything_server()}) as inst:
+        response = inst.process("Ask me", "mcp-elicit")
+        assert response.status == "suspended"
+        (suspension,) = inst.check_for_suspended_state("mcp-elicit").suspensions
+        asked = suspension.prompt
+        assert asked["question"] == asked["elicitation"]["message"]
+        assert asked["elicitation"]["mode"] == "form"
+        assert asked["elicitation"]["requestedSchema"]["required"] == ["name"]
+        answer = {"name": "Ada", "integer": 7}
+        done = inst.resume_execution(
+            "mcp-elicit", suspension.suspension_id, {"approved": True, "modified_args": answer}
+        )
+    assert done.status == "success", done.content
+    output = done.steps[0].output
+    assert "User provided the requested information" in output
+    assert '"name": "Ada"' in output and '"integer": 7' in output
+
+
+def test_art_resume_answers_an_elicitation(scripted_model, tmp_path, restore_logging):
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"everything": everything_server()}}))
+    storage = f"sqlite:///{tmp_path / 'art.db'}"
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    common = ["--mcp-config", str(config), "--model", model.model, "--storage", storage]
+    asked = CliRunner().invoke(app, ["run", "Ask me", "-T", "cli-elicit", *common, "--json"])
+    suspension_id = json.loads(asked.stdout)["metadata"]["suspensionId"]
+    answer = json.dumps({"name": "Grace"})
+    decide = ["resume", "cli-elicit", suspension_id, "--approve", "--modified-args", answer]
+    done = CliRunner().invoke(app, [*decide, *common, "--json"])
+    assert done.exit_code == EXIT_OK, done.output
+    (step,) = json.loads(done.stdout)["steps"]
+    assert '"name": "Grace"' in step["result"]["output"]
+
+
+def test_a_rejected_elicitation_fails_the_step_without_calling_again(scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    with _instance(model, {"everything": everything_server()}) as inst:
+        response = inst.process("Ask me", "mcp-elicit-no")
+        done = inst.resume_execution(
+            "mcp-elicit-no", response.metadata.suspension_id, {"approved": False, "reason": "no"}
+        )
+    assert done.steps[0].status == "failed"
+    assert "rejected by a human reviewer: no" in done.steps[0].reason
+
+
 # -- approval and retries ------------------------------------------------------------------
 def _staged_repo(path: Path) -> Path:
     env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}

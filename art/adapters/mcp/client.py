@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from art.adapters.mcp.config import MCPConfig, Transport, load_mcp_config
 from art.adapters.mcp.connection import (
+    ElicitCallback,
     LogCallback,
     MCPServerError,
     ProgressCallback,
@@ -188,6 +189,7 @@ class MCPClient:
         arguments: dict[str, Any],
         on_progress: ProgressCallback | None = None,
         on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `server`'s MCP tool `tool` (its MCP name) from any event loop.
 
@@ -197,7 +199,7 @@ class MCPClient:
         connection = self._connections.get(server)
         if connection is None:
             raise ConfigurationError(f"no enabled MCP server named {server!r}")
-        return await self._on_loop(connection.call(tool, arguments, on_progress, on_log))
+        return await self._on_loop(connection.call(tool, arguments, on_progress, on_log, on_elicit))
 
     def attach_sampler(self, sampler: SampleFn) -> None:
         """Answer the servers' sampling requests with `sampler` (an `ArtInstance` attaches

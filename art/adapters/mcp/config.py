@@ -98,6 +98,9 @@ class MCPServerConfig(ArtModel):
     #: Whether the server may ask art's model for a completion (MCP sampling), and within
     #: which limits: tokens per request (the server's own max lowered to this) and
     #: requests per minute.
+    #: Whether the server may ask a person for input mid-call (MCP elicitation): the run
+    #: suspends with the question, and the answer runs the call again.
+    elicitation: bool = True
     sampling: bool = True
     sampling_max_tokens: int = Field(default=1024, ge=1, alias="samplingMaxTokens")
     sampling_per_minute: int = Field(default=10, ge=1, alias="samplingPerMinute")

@@ -43,6 +43,8 @@ PING_TIMEOUT_S = 5.0
 ProgressCallback = Callable[[float, float | None, str | None], None]
 #: Called with a log notification's level, logger and data.
 LogCallback = Callable[[str, str | None, Any], None]
+#: Answers an elicitation request of the call it belongs to.
+ElicitCallback = Callable[["mcp_types.ElicitRequestParams"], Awaitable["mcp_types.ElicitResult"]]
 #: Answers a sampling request: (server, params, max_tokens) -> the result.
 SampleFn = Callable[
     ["str", "mcp_types.CreateMessageRequestParams", int],
@@ -94,6 +96,8 @@ class ServerConnection:
         #: The log listeners of the calls in flight (a server's log notification carries
         #: no request id, so each call running on the server reports it).
         self._log_listeners: set[LogCallback] = set()
+        #: The elicitation handlers of the calls in flight.
+        self._elicit_listeners: set[ElicitCallback] = set()
         #: What answers the server's sampling requests (set by the instance using it).
         self.sampler: SampleFn | None = None
         self._sampling_limit: Any = None
@@ -132,15 +136,20 @@ class ServerConnection:
         arguments: dict[str, Any],
         on_progress: ProgressCallback | None,
         on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `tool`; raises MCPCallError for failures outside the tool itself."""
-        if on_log is None:
-            return await self._call(tool, arguments, on_progress)
-        self._log_listeners.add(on_log)
+        if on_log is not None:
+            self._log_listeners.add(on_log)
+        if on_elicit is not None:
+            self._elicit_listeners.add(on_elicit)
         try:
             return await self._call(tool, arguments, on_progress)
         finally:
-            self._log_listeners.discard(on_log)
+            if on_log is not None:
+                self._log_listeners.discard(on_log)
+            if on_elicit is not None:
+                self._elicit_listeners.discard(on_elicit)
 
     async def _call(
         self,
@@ -195,6 +204,23 @@ class ServerConnection:
                 listener(level, params.logger, params.data)
             except Exception:  # a listener's failure must not break the session
                 log.debug("MCP log listener failed", server=self.name, exc_info=True)
+
+    async def _on_elicit(
+        self, context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        """An elicitation: handled by the call it belongs to, which must be the only one
+        running on the server (the request names no call); otherwise declined."""
+        from mcp_types import ElicitResult
+
+        listeners = list(self._elicit_listeners)
+        if len(listeners) != 1:
+            log.warning(
+                "MCP elicitation declined: it cannot be matched to one call",
+                server=self.name,
+                calls_running=len(listeners),
+            )
+            return ElicitResult(action="decline")
+        return await listeners[0](params)
 
     async def _on_sample(
         self, context: Any, params: mcp_types.CreateMessageRequestParams
@@ -389,6 +415,7 @@ class ServerConnection:
             server,
             client_info=self._client_info,
             logging_callback=self._on_log,
+            elicitation_callback=self._on_elicit if config.elicitation else None,
             # Declared only when allowed: a server offers sampling tools to clients that do.
             sampling_callback=self._on_sample if config.sampling else None,
         )

@@ -36,6 +36,7 @@ from art.core.log import get_logger
 from art.core.serialization import safe_stringify
 from art.errors import ToolErrorCode
 from art.tooling.contract import (
+    ASKS_FOR_INPUT,
     RUN_ON_APPROVAL,
     ExecutionContext,
     IToolExecutor,
@@ -118,9 +119,10 @@ class MCPTool(IToolExecutor):
                 f"{level}: {text}", {"mcp_log": {"level": level, "logger": logger, "data": data}}
             )
 
+        elicitation = _Elicitation(context.decision)
         try:
             result = await self.client.call(
-                self.server_name, self.mcp_name, input, on_progress, on_log
+                self.server_name, self.mcp_name, input, on_progress, on_log, elicitation.answer
             )
         except MCPCallError as exc:
             return ToolResult(
@@ -134,7 +136,32 @@ class MCPTool(IToolExecutor):
                     **self._origin(),
                 },
             )
+        if elicitation.asked is not None:
+            # The server asked a person something: the call was cancelled, and the run
+            # waits for the answer; the call then runs again and gets it.
+            return ToolResult(
+                call_id=context.call_id,
+                tool_name=self.schema.name,
+                status="suspended",
+                output=self._elicited(elicitation.asked, input),
+                metadata={ASKS_FOR_INPUT: True, **self._origin()},
+            )
         return tool_result(result, context.call_id, self.schema.name, self._origin())
+
+    def _elicited(
+        self, params: mcp_types.ElicitRequestParams, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """What the person asked by an elicitation is shown: the server's question and
+        the form (answered as the decision's `modified_args`) or the URL to visit."""
+        asked = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        asked.pop("_meta", None)
+        return {
+            "question": params.message,
+            "elicitation": asked,
+            "server": self.server_name,
+            "tool": self.mcp_name,
+            "arguments": arguments,
+        }
 
     def _origin(self) -> dict[str, str]:
         return {"mcp_server": self.server_name, "mcp_tool": self.mcp_name}
@@ -152,6 +179,30 @@ class MCPTool(IToolExecutor):
             if hints is not None
             else None,
         }
+
+
+class _Elicitation:
+    """One call's elicitation handler: the first request of a call that runs again with a
+    person's answer (`decision["answer"]`) gets that answer; otherwise the request is
+    kept (to suspend the run with it) and cancelled, and any later one declined."""
+
+    def __init__(self, decision: dict[str, Any] | None) -> None:
+        self._answer = decision.get("answer") if decision else None
+        self._answered = False
+        self.asked: mcp_types.ElicitRequestParams | None = None
+
+    async def answer(self, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        from mcp_types import ElicitResult
+
+        if self._answer is not None and not self._answered:
+            self._answered = True
+            content = self._answer if params.mode == "form" else None
+            return ElicitResult(action="accept", content=content)
+        if self.asked is None and not self._answered:
+            self.asked = params
+            return ElicitResult(action="cancel")
+        log.warning("MCP elicitation declined: the call already asks", message=params.message)
+        return ElicitResult(action="decline")
 
 
 def tool_result(
