@@ -576,6 +576,28 @@ def test_art_resume_answers_an_elicitation(scripted_model, tmp_path, restore_log
     assert '"name": "Grace"' in step["result"]["output"]
 
 
+def test_the_http_api_answers_an_elicitation(scripted_model):
+    import httpx
+
+    from art.server import create_app, serve_in_thread
+
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    app = create_app(
+        model=model.model, storage="memory://", mcp_servers={"everything": everything_server()}
+    )
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        asked = client.post("/threads/api-elicit/runs?wait=true", json={"query": "Ask me"})
+        assert asked.json()["metadata"]["status"] == "suspended", asked.text
+        (pending,) = client.get("/threads/api-elicit/suspensions").json()["suspensions"]
+        assert pending["prompt"]["elicitation"]["requestedSchema"]["required"] == ["name"]
+        done = client.post(
+            f"/threads/api-elicit/suspensions/{pending['suspensionId']}/decision?wait=true",
+            json={"approved": True, "modifiedArgs": {"name": "Lin"}},
+        ).json()
+    assert done["metadata"]["status"] == "success"
+    assert '"name": "Lin"' in done["steps"][0]["result"]["output"]
+
+
 def test_a_rejected_elicitation_fails_the_step_without_calling_again(scripted_model):
     model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
     with _instance(model, {"everything": everything_server()}) as inst:
