@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from art.adapters.mcp.config import MCPServerConfig, Transport
+from art.adapters.mcp.sampling import SamplingLimit
 from art.core.log import get_logger
 from art.errors import ArtError, ToolErrorCode
 
@@ -47,7 +48,7 @@ LogCallback = Callable[[str, str | None, Any], None]
 ElicitCallback = Callable[["mcp_types.ElicitRequestParams"], Awaitable["mcp_types.ElicitResult"]]
 #: Answers a sampling request: (server, params, max_tokens) -> the result.
 SampleFn = Callable[
-    ["str", "mcp_types.CreateMessageRequestParams", int],
+    [str, "mcp_types.CreateMessageRequestParams", int],
     Awaitable["mcp_types.CreateMessageResult"],
 ]
 _E = TypeVar("_E", bound=BaseException)
@@ -100,7 +101,7 @@ class ServerConnection:
         self._elicit_listeners: set[ElicitCallback] = set()
         #: What answers the server's sampling requests (set by the instance using it).
         self.sampler: SampleFn | None = None
-        self._sampling_limit: Any = None
+        self._sampling_limit = SamplingLimit(config)
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -228,13 +229,9 @@ class ServerConnection:
         """A sampling request, answered by art's model within the server's limits."""
         from mcp_types import INVALID_REQUEST, ErrorData
 
-        from art.adapters.mcp.sampling import SamplingLimit
-
         if self.sampler is None:
             why = "no model: this MCP client serves no art instance"
             return ErrorData(code=INVALID_REQUEST, message=f"sampling refused: {why}")
-        if self._sampling_limit is None:
-            self._sampling_limit = SamplingLimit(self.config)
         max_tokens, refused = self._sampling_limit.admit(params.max_tokens)
         if refused is not None:
             log.warning("MCP sampling refused", server=self.name, reason=refused)

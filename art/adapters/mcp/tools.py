@@ -23,6 +23,10 @@ on approval: its first call suspends the run with the question, and an approval 
 with the approved arguments. A failure outside the tool that could be retried (a timeout,
 a server that went away mid-call) is marked retryable only for a tool whose annotations
 say it is read-only or idempotent: the failed call may have had its effect.
+
+A server's log notifications while the call runs become `running` progress updates, and
+its elicitation (a question for a person) suspends the step (`ASKS_FOR_INPUT`); the
+answer runs the call again (see `_Elicitation`).
 """
 
 from __future__ import annotations
