@@ -31,7 +31,13 @@ from art.observe.events import EventBus, HookVeto, RunEvents
 from art.planning.references import resolve_references
 from art.responses import RunError, StepStatus, utcnow
 from art.storage.contract import Suspension
-from art.tooling.contract import CancellationToken, ExecutionContext, ToolResult, ToolSchema
+from art.tooling.contract import (
+    ASKS_FOR_INPUT,
+    CancellationToken,
+    ExecutionContext,
+    ToolResult,
+    ToolSchema,
+)
 from art.tooling.invocation import CallTimeouts, NotStopped, invoke_tool
 from art.tooling.threads import ThreadCalls, ToolThreads
 
@@ -748,6 +754,7 @@ class StepRunner:
             call_id=result.call_id,
             args=record.args or {},
             prompt=prompt,
+            asks_for_input=bool(result.metadata.get(ASKS_FOR_INPUT)),
         )
         if self.deps.suspend is not None:
             await self.deps.suspend(suspension)
