@@ -146,6 +146,8 @@ class ArtInstance:
             given = self.config.mcp_servers
             self._mcp = given if isinstance(given, MCPClient) else MCPClient(given)
             self._owns_mcp = self._mcp is not given
+            # The servers' sampling requests are answered by this instance's model.
+            self._mcp.attach_sampler(self._mcp_sampler())
         self._opened = False
         self._providers_ready = False
         self._llm: LLMClient | None = None
@@ -680,6 +682,13 @@ class ArtInstance:
                 for tool in tools:
                     if self.registry.get(tool.name) is not tool:
                         self.registry.register(tool)
+
+    def _mcp_sampler(self) -> Any:
+        from art.adapters.mcp.sampling import Sampler
+        from art.llm.model import LiteLLMModel
+
+        model = self.config.model_objects().get(self.model) or LiteLLMModel(self.model)
+        return Sampler(model, self.config.llm_params)
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""

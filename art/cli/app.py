@@ -404,6 +404,15 @@ def resume(
         str | None,
         typer.Option("--reason", "-r", metavar="TEXT", help="Why (given to the agent)."),
     ] = None,
+    modified_args: Annotated[
+        str | None,
+        typer.Option(
+            "--modified-args",
+            metavar="JSON",
+            help="A JSON object: the arguments to run the step with instead, or, for a "
+            "tool that asked for input (an MCP elicitation), the answer.",
+        ),
+    ] = None,
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,
@@ -417,7 +426,14 @@ def resume(
     if approve is None:
         raise typer.BadParameter("say --approve or --reject", param_hint="--approve/--reject")
     out = Output(json=json_output)
-    decision = {"approved": approve, "reason": reason}
+    decision: dict[str, Any] = {"approved": approve, "reason": reason}
+    if modified_args is not None:
+        try:
+            decision["modified_args"] = json.loads(modified_args)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint="--modified-args") from None
+        if not isinstance(decision["modified_args"], dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--modified-args")
     launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
 
     async def do_resume() -> int:

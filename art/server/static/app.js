@@ -200,11 +200,12 @@ async function ask(threadId, query) {
   }, { action: true });
 }
 
-async function decide(suspension, approved, form) {
+async function decide(suspension, approved, form, answers = false) {
   const reason = form.querySelector("textarea[name=reason]").value.trim() || null;
   const text = form.querySelector("textarea[name=args]").value.trim();
   let modified = null;
-  if (text && text !== JSON.stringify(suspension.args, null, 2)) {
+  // An answer to a tool's question is sent as it stands; arguments only when changed.
+  if (text && (answers || text !== JSON.stringify(suspension.args, null, 2))) {
     try {
       modified = JSON.parse(text);
     } catch {
@@ -492,19 +493,29 @@ function renderApprovals(run) {
   }
 }
 
+// The fields an MCP server's elicitation asks for, with the defaults its form gives.
+function elicitationDefaults(elicitation) {
+  const fields = Object.entries(elicitation.requestedSchema?.properties || {});
+  return Object.fromEntries(fields.filter(([, f]) => f && "default" in f).map(([k, f]) => [k, f.default]));
+}
+
 function approvalForm(s) {
   const prompt = s.prompt && typeof s.prompt === "object" ? s.prompt : { question: s.prompt };
+  // A tool that asked a question mid-call (an MCP elicitation): the box holds the answer.
+  const asks = prompt.elicitation && typeof prompt.elicitation === "object" ? prompt.elicitation : null;
   const form = h("form", { class: "approval", "data-suspension-id": s.suspensionId, "data-step-id": s.stepId,
     onsubmit: (e) => e.preventDefault() },
   h("p", { class: "question" }, h("b", {}, `${s.stepId} · ${s.toolName}: `), String(prompt.question ?? "Approve this step?")),
   prompt.options ? h("p", {}, `Options: ${prompt.options.join(", ")}`) : null,
+  asks?.url ? h("p", {}, "Open: ", h("a", { href: asks.url, target: "_blank", rel: "noopener" }, asks.url)) : null,
   h("label", {}, "Reason", h("textarea", { name: "reason", rows: 2, placeholder: "Why (given to the agent)" })),
-  h("label", {}, "Arguments (edit to change them)", h("textarea", { name: "args", rows: 4, class: "code" },
-    JSON.stringify(s.args, null, 2))),
+  h("label", {}, asks ? "Answer (the form's fields, as JSON)" : "Arguments (edit to change them)",
+    h("textarea", { name: "args", rows: 4, class: "code" },
+      JSON.stringify(asks ? elicitationDefaults(asks) : s.args, null, 2))),
   h("p", { class: "form-error" }),
   h("div", { class: "buttons" },
-    h("button", { type: "button", class: "approve", "data-action": "approve", onclick: () => decide(s, true, form) }, "Approve"),
-    h("button", { type: "button", class: "reject", "data-action": "reject", onclick: () => decide(s, false, form) }, "Reject")));
+    h("button", { type: "button", class: "approve", "data-action": "approve", onclick: () => decide(s, true, form, !!asks) }, "Approve"),
+    h("button", { type: "button", class: "reject", "data-action": "reject", onclick: () => decide(s, false, form, !!asks) }, "Reject")));
   return form;
 }
 
