@@ -535,7 +535,7 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        run = self._active.get(_thread_key(thread_id))
+        run = self._active.get(thread_id)  # an id no run may have finds none
         if run is None or (run_id is not None and run.context.run_id != run_id):
             return False
         try:
