@@ -621,7 +621,8 @@ class PostgresStorage(StorageAdapter):
         return await self._search(query, query.limit)
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
-        where, args = ["true"], []
+        where: list[str] = ["true"]
+        args: list[Any] = []
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < %s")
