@@ -45,7 +45,13 @@ from art.storage.contract import (
     ThreadQuery,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json, merge_metadata, thread_cursor
+from art.storage.opening import (
+    dump_json,
+    load_json,
+    load_json_as,
+    merge_metadata,
+    thread_cursor,
+)
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
 
@@ -224,7 +230,8 @@ _STEPS: TypeAdapter[list[tuple[str, StepRecord]]] = TypeAdapter(list[tuple[str, 
 
 def _load_run(data: str, steps: str) -> RunRecord:
     run = load_json(RunRecord, data)
-    run.steps = dict(_STEPS.validate_json(steps))
+    records: list[tuple[str, StepRecord]] = load_json_as(_STEPS, steps)
+    run.steps = dict(records)
     return run
 
 
@@ -281,6 +288,10 @@ class PostgresStorage(StorageAdapter):
                 min_size=self.min_size,
                 max_size=self.max_size,
                 kwargs={"autocommit": True, "connect_timeout": self.connect_timeout_s},
+                # A call waits at most this for a connection (the server may be gone), and
+                # a connection the server dropped is replaced before it is handed out.
+                timeout=self.connect_timeout_s,
+                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name="art",
             )
@@ -390,6 +401,14 @@ class PostgresStorage(StorageAdapter):
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
         async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                "SELECT status FROM runs WHERE run_id = %s FOR UPDATE", (run.run_id,)
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] not in ACTIVE_RUN_STATES:
+                # Ended already, by a worker that ran it too: its lease went with a server
+                # restart while its run went on. One end, one exchange: the first.
+                return
             await self._update_run(conn, run)
             for message in messages:
                 await self._insert_message(conn, message)
@@ -602,7 +621,8 @@ class PostgresStorage(StorageAdapter):
         return await self._search(query, query.limit)
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
-        where, args = ["true"], []
+        where: list[str] = ["true"]
+        args: list[Any] = []
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < %s")

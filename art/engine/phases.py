@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from art.core.serialization import truncate
 from art.engine.run import Run, call_error
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.errors import ModelError, PlanError, RunErrorCode
@@ -88,7 +89,9 @@ class ApplyDecisions:
             suspension = by_step.get(step_record.step_id)
             if suspension is not None and not suspension.pending:
                 tool = run.deps.registry.get(suspension.tool_name)
-                rerun = tool is not None and tool.schema.runs_on_approval
+                rerun = tool is not None and (
+                    tool.schema.runs_on_approval or suspension.asks_for_input
+                )
                 apply_decision(step_record, suspension, run_on_approval=rerun)
                 await storage.save_step(record.run_id, step_record)
         remaining = [r.step_id for r in waiting if r.status == "waiting"]
@@ -199,19 +202,21 @@ class Synthesize:
         except (ModelError, HookVeto) as exc:
             return Fail(call_error(exc))
         cut_off = incomplete_answer(result.finish_reason)
+        answer, limit = result.content, run.context.config.max_answer_chars
+        if len(answer) > limit:
+            answer = truncate(answer, limit)
+            cut_off = f"the answer was cut to {limit} characters (max_answer_chars)"
         complete = outcome.status == "completed" and cut_off is None
         status: RunStatusName = "success" if complete else "partial"
         record.status = "completed" if complete else "partial"
-        record.answer = result.content
+        record.answer = answer
         record.error = (
             RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off)
             if cut_off
             else outcome.error  # e.g. why replanning failed
         )
         run.sync_counters()
-        response = build_response(
-            run, status, result.content, error=record.error, answered_by=result
-        )
+        response = build_response(run, status, answer, error=record.error, answered_by=result)
         question = ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
         # The run's end and its exchange in one write: a crash keeps both or neither.
         await deps.storage.finish_run(record, [question, response.response])
