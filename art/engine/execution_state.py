@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from art.responses import RunError, StepRecord, StepStatus
-from art.storage.contract import StepSnapshot
+from art.storage.contract import StepSnapshot, step_record
 from art.tooling.contract import ToolResult
 
 if TYPE_CHECKING:
@@ -132,7 +132,19 @@ class StepState:
 
     def record(self) -> StepRecord:
         """The public record of the state as it is now (the outcome's, a replan's)."""
-        return self.snapshot().record()
+        return step_record(
+            self.step_id,
+            self.tool,
+            self.status,
+            self.result,
+            self.attempts,
+            self.started_at,
+            self.ended_at,
+            self.arrived_at,
+            self.args,
+            self.reason,
+            self.decision,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,28 +136,45 @@ class StepSnapshot(NamedTuple):
 
     def record(self) -> StepRecord:
         """The public record of this snapshot."""
-        fields: dict[str, Any] = {
-            "step_id": self.step_id,
-            "tool": self.tool,
-            "status": self.status,
-            "attempts": self.attempts,
-        }
-        # Only the fields that are set: each one given costs a validation.
-        if self.result is not None:
-            fields["result"] = self.result
-        if self.started_at is not None:
-            fields["started_at"] = self.started_at
-        if self.ended_at is not None:
-            fields["ended_at"] = self.ended_at
-        if self.arrived_at is not None:
-            fields["arrived_at"] = self.arrived_at
-        if self.args is not None:
-            fields["args"] = self.args
-        if self.reason is not None:
-            fields["reason"] = self.reason
-        if self.decision is not None:
-            fields["decision"] = self.decision
-        return _new_record(fields)
+        return step_record(*self)
+
+
+def step_record(
+    step_id: str,
+    tool: str | None,
+    status: StepStatus,
+    result: ToolResult | None,
+    attempts: int,
+    started_at: datetime | None,
+    ended_at: datetime | None,
+    arrived_at: datetime | None,
+    args: dict[str, Any] | None,
+    reason: str | None,
+    decision: dict[str, Any] | None,
+) -> StepRecord:
+    """The public record of a step's values (a `StepSnapshot`'s fields, in its order)."""
+    fields: dict[str, Any] = {
+        "step_id": step_id,
+        "tool": tool,
+        "status": status,
+        "attempts": attempts,
+    }
+    # Only the fields that are set: each one given costs a validation.
+    if result is not None:
+        fields["result"] = result
+    if started_at is not None:
+        fields["started_at"] = started_at
+    if ended_at is not None:
+        fields["ended_at"] = ended_at
+    if arrived_at is not None:
+        fields["arrived_at"] = arrived_at
+    if args is not None:
+        fields["args"] = args
+    if reason is not None:
+        fields["reason"] = reason
+    if decision is not None:
+        fields["decision"] = decision
+    return _new_record(fields)
 
 
 class EventSnapshot(NamedTuple):
