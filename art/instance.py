@@ -27,12 +27,14 @@ from art.config import (
     ArtInstanceConfig,
     ExecutionConfig,
     ProcessOptions,
+    process_options,
 )
 from art.core.log import get_logger
 from art.core.models import ArtModel
 from art.core.spans import SpanContext
 from art.core.sync import Portal
 from art.engine.context import RunContext
+from art.engine.phases import drive
 from art.engine.run import (
     HISTORY_LIMIT,
     Run,
@@ -339,7 +341,7 @@ class ArtInstance:
         self._check_open()
         thread_id = _storable(thread_id)
         parsed = parse_decision(decision)
-        opts = _options(options)
+        opts = process_options(options)
         config = self._config_for(opts)
         await self._prepare()
         started = time.perf_counter()
@@ -694,7 +696,7 @@ class ArtInstance:
         try:
             # In a task of its own, so what the run makes current in its context (its
             # tracing span) ends with it; cancelling this call cancels the task.
-            return await asyncio.create_task(run.drive(start_data, resumed=resumed))
+            return await asyncio.create_task(drive(run, start_data, resumed=resumed))
         finally:
             if self._active.get(run.thread_id) is run:
                 del self._active[run.thread_id]
@@ -710,7 +712,7 @@ class ArtInstance:
         self._check_open()
         started = time.perf_counter()
         query, thread_id = _storable(query), _storable(thread_id)
-        opts = _options(options)
+        opts = process_options(options)
         config = self._config_for(opts)
         await self._prepare()
         with self._secrets_in_use(opts):
@@ -800,32 +802,6 @@ def _history_message(
             f"history message {number} is not a message with a role (user, assistant, "
             f"system or tool) and content: {exc}"
         ) from None
-
-
-# Seed 004's run options that art takes elsewhere, and where.
-_MOVED_OPTIONS = {
-    "stream": "stream the run with inst.stream(query, thread_id, options) instead",
-    "temperature": 'pass it in "llm_params"',
-    "max_tokens": 'pass it in "llm_params"',
-    "maxTokens": 'pass it in "llm_params"',
-    "conversation_id": "the thread_id argument names the conversation",
-    "conversationId": "the thread_id argument names the conversation",
-}
-
-
-def _options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
-    if options is None:
-        return ProcessOptions()
-    if isinstance(options, ProcessOptions):
-        return options
-    options = dict(options)
-    for name, fix in _MOVED_OPTIONS.items():
-        if name in options:
-            raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
-    try:
-        return ProcessOptions.model_validate(options)
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid process options: {exc}") from None
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 import art
 import art.cli.app
+import art.cli.common
 from art.cli.app import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app, load_model, load_tools
 
 PRODUCTS_PLAN = {
@@ -256,8 +257,9 @@ def test_live_tree_shows_parallel_steps_running_together(invoke, scripted_model,
     }
     model = scripted_model(planning=plan, synthesis="Both met.")
     terminal = Console(file=io.StringIO(), force_terminal=True, width=140, record=True)
-    monkeypatch.setattr(art.cli.app, "make_console", lambda stderr=False: terminal)
-    monkeypatch.setattr(art.cli.app, "_builtin_tools", lambda: [_WaitForEachOther()])
+    # The terminal and the tools are the command line's, replaced where it makes them.
+    monkeypatch.setattr(art.cli.common, "make_console", lambda stderr=False: terminal)
+    monkeypatch.setattr(art.cli.common, "builtin_tools", lambda: [_WaitForEachOther()])
 
     frames: list[str] = []
     original = art.cli.app.RunView.handle

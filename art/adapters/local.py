@@ -35,9 +35,9 @@ from typing import Any
 
 import structlog
 
-from art.llm.client import _litellm
+from art.llm.provider import load_litellm
 
-litellm = _litellm()  # with art's settings: offline price map, no debug banners
+litellm = load_litellm()  # with art's settings: offline price map, no debug banners
 
 from litellm.exceptions import (  # noqa: E402
     BadRequestError,

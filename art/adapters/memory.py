@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.codec import as_utc, dump_json, load_json
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     RunRecord,
@@ -30,7 +31,6 @@ from art.storage.contract import (
     Suspension,
     ThreadSummary,
 )
-from art.storage.opening import as_utc, dump_json, load_json
 
 __all__ = ["MemoryStorage"]
 

@@ -35,6 +35,7 @@ from art.errors import (
     ThreadBusyError,
 )
 from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.codec import dump_json, load_json
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     RunRecord,
@@ -43,7 +44,6 @@ from art.storage.contract import (
     Suspension,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
 

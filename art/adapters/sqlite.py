@@ -40,6 +40,7 @@ from art.errors import (
     ThreadBusyError,
 )
 from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.codec import dump_json, load_json, timestamp_key
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     RunRecord,
@@ -48,7 +49,6 @@ from art.storage.contract import (
     Suspension,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json, timestamp_key
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"]
 

@@ -14,30 +14,32 @@ and answer with what it is waiting for or why it failed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from art.engine.run import Run, call_error
+from art.core.log import get_logger
+from art.core.spans import current_traceparent
+from art.engine.run import HISTORY_LIMIT, Run, call_error, pending_suspensions
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.errors import ModelError, PlanError, RunErrorCode
 from art.observe.events import HookVeto
 from art.responses import (
     AgentFinalResponse,
     ConversationMessage,
-    DisplayOutput,
     ExecutionMetadata,
     MessageMetadata,
     RunError,
     RunStatusName,
+    display_outputs,
 )
 from art.storage.contract import Suspension
 
 if TYPE_CHECKING:
     from art.engine.execute import ExecutionOutcome
     from art.llm.client import LLMResult
-    from art.responses import StepRecord
-    from art.tooling.registry import ToolRegistry
 
 __all__ = [
     "ApplyDecisions",
@@ -48,10 +50,12 @@ __all__ = [
     "Phase",
     "Suspend",
     "Synthesize",
-    "display_outputs",
+    "drive",
     "run_phases",
     "session_end_data",
 ]
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,54 @@ class End:
 
 class Phase(Protocol):
     async def run(self, run: Run) -> Phase | End: ...
+
+
+async def drive(
+    run: Run, start_data: dict[str, Any], *, resumed: Suspension | None = None
+) -> AgentFinalResponse:
+    """Run `run`'s phases to a response; the event log is written whatever happens."""
+    state = run.state
+    record = state.record
+    start = {"query": record.query, **start_data}
+    if record.trace_parent is not None:  # a later part of the run
+        start["trace_parent"] = record.trace_parent
+    await run.emit("session:start", start)
+    if record.trace_parent is None:
+        # Stored with the record (at the plan, at the latest), for a resume elsewhere.
+        record.trace_parent = current_traceparent()
+    if resumed is not None:
+        await run.emit(
+            "resumed",
+            {
+                "suspension_id": resumed.suspension_id,
+                "step_id": resumed.step_id,
+                "tool": resumed.tool_name,
+                "decision": resumed.decision,
+            },
+        )
+    try:
+        state.history = await run.deps.storage.get_history(run.thread_id, limit=HISTORY_LIMIT)
+        response = await run_phases(run)
+    except asyncio.CancelledError:
+        # Left as a crash leaves it (the same query continues it); keep the log.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(run.log.finish())
+        raise
+    except Exception as exc:
+        log.exception("run failed inside the engine", run_id=run.context.run_id)
+        error = RunError(
+            code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
+        )
+        response = (await Fail(error).run(run)).response
+    finally:
+        # The execute phase refers back to this run (its persist and idle callbacks):
+        # without that cycle a finished run's objects are freed as soon as the caller
+        # drops the response, not at some later collection.
+        run.execution = None
+    await run.emit("session:end", session_end_data(response))
+    await run.log.finish()
+    _log_summary(response)
+    return response
 
 
 async def run_phases(run: Run) -> AgentFinalResponse:
@@ -134,7 +186,6 @@ class ExecutePlan:
     async def run(self, run: Run) -> Phase | End:
         from art.engine.execute import PlanExecution
         from art.engine.execution_state import ExecutionDeps
-        from art.engine.run import pending_suspensions
 
         record, deps = run.state.record, run.deps
         execution = PlanExecution(
@@ -360,19 +411,27 @@ def _blocking_config(run: Run, tool_name: str) -> dict[str, Any] | None:
     return tool.schema.blocking_config if tool is not None else None
 
 
-def display_outputs(steps: Iterable[StepRecord], registry: ToolRegistry) -> list[DisplayOutput]:
-    """The completed display steps among `steps`, in order, each with its tool's
-    `display_config` (`AgentFinalResponse.display`)."""
-    found = []
-    for record in steps:
-        tool = registry.get(record.tool) if record.tool else None
-        if record.status == "completed" and tool is not None and tool.schema.mode == "display":
-            found.append(
-                DisplayOutput(
-                    step_id=record.step_id,
-                    tool_name=record.tool or "",
-                    output=record.output,
-                    config=tool.schema.display_config,
-                )
-            )
-    return found
+def _log_summary(response: AgentFinalResponse) -> None:
+    """One INFO line per finished run: what it did and cost (-v in the CLI shows it)."""
+    meta = response.metadata
+    steps = response.steps
+    log.info(
+        "run finished",
+        thread_id=meta.thread_id,
+        run_id=meta.run_id,
+        status=meta.status,
+        steps=len(steps),
+        steps_completed=sum(1 for s in steps if s.status == "completed"),
+        llm_calls=meta.llm_calls,
+        tool_calls=meta.tool_calls,
+        tokens=meta.usage.total_tokens,
+        duration_ms=round(meta.total_duration_ms, 1),
+        error=meta.error.code if meta.error is not None else None,
+    )
+
+
+def _unwrap(exc: BaseException) -> str:
+    """The message of an engine fault, looking inside a one-exception group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__

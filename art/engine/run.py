@@ -1,5 +1,5 @@
-"""One run under the thread's lease: its collaborators, its state, and the object that
-drives its phases (`art.engine.phases`) and can cancel it.
+"""One run under the thread's lease: its collaborators, its state, and the object the
+phases (`art.engine.phases`, which drive it) work on and `cancel` reaches.
 
 As in pydantic-ai's `_agent_graph.py`: `RunDeps` is what the instance lends a run and
 never changes (`GraphAgentDeps`), `RunState` is what changes as the run goes
@@ -15,7 +15,6 @@ where a `run:before` hook may veto it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +28,6 @@ from art.engine.context import RunContext, RunStats
 from art.errors import ConfigurationError, ModelError, RunErrorCode, SuspensionError
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
-from art.observe.tracing import current_traceparent
 from art.responses import (
     AgentFinalResponse,
     ConversationMessage,
@@ -50,6 +48,7 @@ if TYPE_CHECKING:
     from art.tooling.registry import ToolRegistry
 
 __all__ = [
+    "HISTORY_LIMIT",
     "Run",
     "RunDeps",
     "RunState",
@@ -103,7 +102,8 @@ class RunState:
 
 
 class Run:
-    """One `process` or resume of one run: `await drive(...)` once."""
+    """One `process` or resume of one run: what its phases share (`art.engine.phases.drive`
+    runs them once) and what `cancel` stops."""
 
     def __init__(
         self,
@@ -161,55 +161,6 @@ class Run:
     @property
     def thread_id(self) -> str:
         return self.context.thread_id
-
-    async def drive(
-        self, start_data: dict[str, Any], *, resumed: Suspension | None = None
-    ) -> AgentFinalResponse:
-        """Run the phases to a response; the event log is written whatever happens."""
-        from art.engine.phases import Fail, run_phases, session_end_data
-
-        state = self.state
-        record = state.record
-        start = {"query": record.query, **start_data}
-        if record.trace_parent is not None:  # a later part of the run
-            start["trace_parent"] = record.trace_parent
-        await self.emit("session:start", start)
-        if record.trace_parent is None:
-            # Stored with the record (at the plan, at the latest), for a resume elsewhere.
-            record.trace_parent = current_traceparent()
-        if resumed is not None:
-            await self.emit(
-                "resumed",
-                {
-                    "suspension_id": resumed.suspension_id,
-                    "step_id": resumed.step_id,
-                    "tool": resumed.tool_name,
-                    "decision": resumed.decision,
-                },
-            )
-        try:
-            state.history = await self.deps.storage.get_history(self.thread_id, limit=HISTORY_LIMIT)
-            response = await run_phases(self)
-        except asyncio.CancelledError:
-            # Left as a crash leaves it (the same query continues it); keep the log.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.log.finish())
-            raise
-        except Exception as exc:
-            log.exception("run failed inside the engine", run_id=self.context.run_id)
-            error = RunError(
-                code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
-            )
-            response = (await Fail(error).run(self)).response
-        finally:
-            # The execute phase refers back to this run (its persist and idle callbacks):
-            # without that cycle a finished run's objects are freed as soon as the caller
-            # drops the response, not at some later collection.
-            self.execution = None
-        await self.emit("session:end", session_end_data(response))
-        await self.log.finish()
-        _log_summary(response)
-        return response
 
     def cancel(self, reason: str) -> None:
         """Stop the run (on its own loop): no new steps, running tools cancelled."""
@@ -347,25 +298,6 @@ async def open_resumed_run(
     return record, decided, setup
 
 
-def _log_summary(response: AgentFinalResponse) -> None:
-    """One INFO line per finished run: what it did and cost (-v in the CLI shows it)."""
-    meta = response.metadata
-    steps = response.steps
-    log.info(
-        "run finished",
-        thread_id=meta.thread_id,
-        run_id=meta.run_id,
-        status=meta.status,
-        steps=len(steps),
-        steps_completed=sum(1 for s in steps if s.status == "completed"),
-        llm_calls=meta.llm_calls,
-        tool_calls=meta.tool_calls,
-        tokens=meta.usage.total_tokens,
-        duration_ms=round(meta.total_duration_ms, 1),
-        error=meta.error.code if meta.error is not None else None,
-    )
-
-
 def _check_remaining_tools(record: RunRecord, registry: ToolRegistry) -> None:
     """Refuse to resume a run whose unfinished steps name tools this instance lacks: the
     approval would be used up on a run that can only fail."""
@@ -471,10 +403,3 @@ async def pending_suspensions(
     """The undecided suspensions of one run."""
     found = await storage.list_suspensions(thread_id, pending_only=True)
     return [s for s in found if s.run_id == run_id]
-
-
-def _unwrap(exc: BaseException) -> str:
-    """The message of an engine fault, looking inside a one-exception group."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return str(exc) or type(exc).__name__

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import functools
-import os
 import random
 import re
 import time
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +30,7 @@ from art.core.serialization import escape_unencodable
 from art.core.usage import TokenUsage
 from art.errors import ModelError, ModelErrorCode
 from art.llm.model import LiteLLMModel, Model
+from art.llm.provider import load_litellm
 from art.observe.events import HookVeto
 
 if TYPE_CHECKING:
@@ -64,31 +62,6 @@ FlushReason = Literal["size", "time", "completion"]
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
 # A streamed call is made only when one of these has a listener.
 _STREAM_EVENTS = ("chunk:before", "chunk:after", "buffer:flush")
-
-
-@functools.cache
-def _litellm() -> Any:
-    """Import litellm on first use (it takes seconds) with the offline price map; typed Any
-    because callers assign its module-level settings, which ModuleType does not allow."""
-    from art.logging import adopt_litellm_loggers, adopting_litellm_loggers
-
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    with adopting_litellm_loggers():  # litellm logs while it is still importing
-        import litellm
-    from litellm.types.utils import Delta, Message, ModelResponseStream, StreamingChoices
-
-    # litellm prints "Give Feedback / Get Help" banners to stdout on every provider error.
-    litellm.suppress_debug_info = True
-    adopt_litellm_loggers()  # one handler, art's, when the application configured logging
-    # litellm's response types build their pydantic schemas on first use and warn about
-    # their own TypedDicts then; build them now, quietly, so that applications running
-    # with warnings as errors (pytest's filterwarnings) do not fail on litellm's warning.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        Message(content="")
-        ModelResponseStream(choices=[StreamingChoices(delta=Delta(content=""))])
-        litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": ""}}])
-    return litellm
 
 
 @dataclass
@@ -201,7 +174,7 @@ class StreamBuffer:
 def supports_response_schema(model: str) -> bool:
     """Whether litellm says `model` accepts a JSON schema `response_format` (False on doubt)."""
     try:
-        return bool(_litellm().supports_response_schema(model=model))
+        return bool(load_litellm().supports_response_schema(model=model))
     except Exception:
         return False
 
@@ -209,7 +182,7 @@ def supports_response_schema(model: str) -> bool:
 def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
     """Prompt tokens of `messages` for `model`; a characters/4 estimate when litellm cannot."""
     try:
-        return int(_litellm().token_counter(model=model, messages=messages))
+        return int(load_litellm().token_counter(model=model, messages=messages))
     except Exception:
         chars = sum(len(str(m.get("content") or "")) + 8 for m in messages)
         return chars // 4 + 1
@@ -218,7 +191,7 @@ def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
 def context_window(model: str) -> int | None:
     """The model's input token limit, or None when litellm does not know the model."""
     try:
-        info = _litellm().get_model_info(model=model)
+        info = load_litellm().get_model_info(model=model)
     except Exception:
         return None
     for key in ("max_input_tokens", "max_tokens"):
@@ -629,7 +602,7 @@ class LLMClient:
         return kwargs
 
     async def _once(self, model: str, kwargs: dict[str, Any]) -> LLMResult:
-        litellm = _litellm()
+        litellm = load_litellm()
         response = await _bounded(
             self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
         )
@@ -656,7 +629,7 @@ class LLMClient:
         span: SpanContext,
         on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
-        litellm = _litellm()
+        litellm = load_litellm()
         response = await _bounded(
             self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
         )

@@ -41,13 +41,13 @@ from procrastinate.schema import SchemaManager
 
 from art.adapters.postgres import fetch_value
 from art.core.log import get_logger
-from art.queue.backend import QueueBackend, QueueWorker
+from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerInfo
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
-    from art.instance import ArtInstance
+    from art.queue.contract import QueueRunner
     from art.storage.contract import RunState
 
 __all__ = ["TASK", "HandedBack", "ProcrastinateQueue", "ProcrastinateWorker"]
@@ -217,7 +217,7 @@ class ProcrastinateQueue(QueueBackend):
         )
 
     def worker(
-        self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
+        self, instance: QueueRunner, *, name: str | None = None, signals: bool = False
     ) -> ProcrastinateWorker:
         return ProcrastinateWorker(self, instance, name=name, signals=signals)
 

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from art.config import ProcessOptions, QueueConfig
+from art.config import ProcessOptions, QueueConfig, process_options
 from art.core.log import get_logger
 from art.core.spans import new_trace_id
 from art.errors import ConfigurationError, RunErrorCode
 from art.queue.backend import QueueWorker, open_backend
 from art.queue.jobs import FINAL_JOB_STATES, JobSpec, JobView, QueueStats, RunStatus
 from art.responses import RunError, utcnow
+from art.storage.codec import timestamp_key
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
-from art.storage.opening import timestamp_key
 
 if TYPE_CHECKING:
-    from art.instance import ArtInstance
+    from art.queue.contract import QueueRunner
     from art.storage.contract import StorageAdapter
 
 __all__ = ["RunHandle", "RunQueue"]
@@ -53,7 +53,7 @@ class RunQueue:
         storage: StorageAdapter | str | None = None,
         config: QueueConfig | Mapping[str, Any] | None = None,
         *,
-        instance: ArtInstance | None = None,
+        instance: QueueRunner | None = None,
         sync: SyncRunner | None = None,
     ) -> None:
         from art.storage.contract import StorageAdapter
@@ -153,9 +153,7 @@ class RunQueue:
             raise ConfigurationError("submit needs a non-empty query")
         if not isinstance(thread_id, str) or not thread_id:
             raise ConfigurationError("submit needs a non-empty thread_id")
-        from art.instance import _options
-
-        opts = _options(options)
+        opts = process_options(options)
         if opts.tools and not all(isinstance(tool, str) for tool in opts.tools):
             raise ConfigurationError(
                 "a queued run names its tools (registered on the workers' instance); "

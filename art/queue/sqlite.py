@@ -31,15 +31,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from art.core.log import get_logger
-from art.queue.backend import QueueBackend, QueueWorker
+from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueueStats, WorkerInfo
 from art.responses import utcnow
-from art.storage.opening import timestamp_key
+from art.storage.codec import timestamp_key
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
-    from art.instance import ArtInstance
+    from art.queue.contract import QueueRunner
 
 __all__ = ["MIGRATIONS", "SQLiteQueue", "SQLiteWorker"]
 
@@ -277,7 +277,7 @@ class SQLiteQueue(QueueBackend):
         return await self._call(read)
 
     def worker(
-        self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
+        self, instance: QueueRunner, *, name: str | None = None, signals: bool = False
     ) -> SQLiteWorker:
         return SQLiteWorker(self, instance, name=name, signals=signals)
 

@@ -11,11 +11,10 @@ from fastapi import Path as PathParam
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from art.engine.phases import display_outputs
 from art.engine.suspension import Decision
 from art.errors import ThreadBusyError
 from art.planning.plans import Plan
-from art.responses import AgentFinalResponse
+from art.responses import AgentFinalResponse, display_outputs
 from art.server.context import ServerContext, get_context
 from art.server.models import (
     DecisionRequest,

@@ -1,4 +1,4 @@
-"""Choose a storage adapter by URL, and the JSON codec every adapter shares.
+"""Choose a storage adapter by URL.
 
 `open_storage` accepts an adapter (returned as is), a URL, or None (the `ART_STORAGE`
 environment variable, else a SQLite file under the user data directory). Concrete adapters
@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError, to_json
-
 from art.config import STORAGE_ENV
-from art.core.redaction import current_secrets
-from art.core.serialization import escape_unencodable_data
 from art.errors import ConfigurationError
+from art.storage.codec import as_utc, dump_json, load_json, timestamp_key
 from art.storage.contract import StorageAdapter
 
 __all__ = [
     "ACCEPTED_URLS",
+    # the codec's names, re-exported from art.storage.codec where they used to live
     "as_utc",
     "default_sqlite_path",
     "dump_json",
@@ -39,8 +34,6 @@ ACCEPTED_URLS = (
     "sqlite:////absolute/path.db",
     "postgresql://user:password@host:5432/dbname",
 )
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def default_sqlite_path() -> Path:
@@ -123,55 +116,3 @@ def _open_sqlite(url: str) -> StorageAdapter:
             "the only one is ?synchronous=normal|full"
         )
     return SQLiteStorage(Path(path), synchronous=synchronous)
-
-
-# -- the codec: every adapter stores records as the same JSON ------------------------
-
-
-def _json_fallback(value: Any) -> Any:
-    """Values JSON cannot carry (sets, bytes, arbitrary objects) are stored as text."""
-    if isinstance(value, set | frozenset):
-        return list(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return repr(value)
-
-
-def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
-    """The record as JSON text (snake_case keys), never failing on odd tool outputs (lone
-    surrogates are written as `\\udcff` escapes), with the secrets of the run in
-    progress masked (`art.core.redaction.secrets_in_use`)."""
-    serializer = model.__pydantic_serializer__
-    try:
-        # What model_dump_json does, without its layer of keyword defaults (twice per step).
-        text = serializer.to_json(model, exclude=exclude, fallback=_json_fallback).decode()
-    except PydanticSerializationError:  # a lone surrogate, which UTF-8 cannot carry
-        text = ""
-    secrets = current_secrets()
-    if not text or (secrets and (not secrets.json_plain or secrets.found_in(text))):
-        try:
-            data = serializer.to_python(
-                model, mode="json", exclude=exclude, fallback=_json_fallback
-            )
-        except (UnicodeError, PydanticSerializationError):  # a lone surrogate in a dict key
-            data = serializer.to_python(model, exclude=exclude, fallback=_json_fallback)
-        data = secrets.mask(escape_unencodable_data(data))
-        text = to_json(data, fallback=_json_fallback, inf_nan_mode="null").decode()
-    return text
-
-
-def load_json(model_type: type[ModelT], text: str | bytes) -> ModelT:
-    return model_type.model_validate_json(text)
-
-
-def as_utc(moment: datetime) -> datetime:
-    """`moment` in UTC; a naive one is read as UTC, as every adapter reads it."""
-    if moment.tzinfo is UTC:
-        return moment
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def timestamp_key(moment: datetime) -> str:
-    """A fixed-width UTC ISO string, so text order is time order (naive means UTC)."""
-    # isoformat, cheaper than strftime, always ends in "+00:00" with explicit microseconds.
-    return as_utc(moment).isoformat(timespec="microseconds")[:-6] + "Z"

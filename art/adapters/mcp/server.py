@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
 
+import art
 from art.core.log import get_logger
 
 if TYPE_CHECKING:
@@ -164,8 +165,6 @@ def create_mcp_server(instance: ArtInstance, *, name: str = "art") -> Server[Any
     Serve it yourself, or use `serve` / `aserve` / `streamable_http_app`. The instance
     stays yours: close it when the server is done."""
     from mcp.server import Server
-
-    import art
 
     tools = _Tools(instance)
     return Server(

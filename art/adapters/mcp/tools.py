@@ -15,7 +15,7 @@ Every result carries `metadata["mcp_server"]` and `metadata["mcp_tool"]` (the MC
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from art.adapters.mcp.connection import MCPCallError
 from art.core.log import get_logger
@@ -25,7 +25,7 @@ from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, To
 if TYPE_CHECKING:
     import mcp_types
 
-    from art.adapters.mcp.client import MCPClient
+    from art.adapters.mcp.connection import ProgressCallback
 
 __all__ = ["MCPTool", "tool_result"]
 
@@ -33,10 +33,22 @@ log = get_logger(__name__)
 _PERMISSIVE_INPUT: dict[str, Any] = {"type": "object"}
 
 
+class ToolCaller(Protocol):
+    """What an `MCPTool` calls its server through (an `MCPClient`)."""
+
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        on_progress: ProgressCallback | None = None,
+    ) -> mcp_types.CallToolResult: ...
+
+
 class MCPTool(IToolExecutor):
     """A tool of an MCP server, called through the `MCPClient` that listed it."""
 
-    def __init__(self, client: MCPClient, server: str, tool: mcp_types.Tool, name: str) -> None:
+    def __init__(self, client: ToolCaller, server: str, tool: mcp_types.Tool, name: str) -> None:
         self.client = client
         self.server_name = server
         #: The tool's name on its server (what is sent in `tools/call`).

@@ -1,4 +1,5 @@
-"""The `art serve` command (registered in art/cli/app.py). Imports the server only when run."""
+"""The `art serve` command (registered in art/cli/app.py). Imports the server (fastapi,
+uvicorn) only when run: they are an optional extra and slow to import."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import importlib.util
 from typing import Annotated, Any
 
 import typer
+
+from art.cli.common import CliError, builtin_tools, load_tools
 
 __all__ = ["serve_command"]
 
@@ -132,7 +135,6 @@ def serve_command(
     """Serve the agent over HTTP: a REST API with live event streams (SSE), the AG-UI
     protocol at /ag-ui, an OpenAI-compatible /v1/chat/completions, and the run inspector
     at /. Docs: docs/server.md"""
-    from art.cli.app import CliError, load_tools
     from art.errors import ConfigurationError
 
     try:
@@ -155,7 +157,7 @@ def serve_command(
             max_query_chars=max_query_chars,
             root_path=root_path.rstrip("/"),
         )
-        fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
+        fields: dict[str, Any] = {"tools": load_tools(tools) if tools else builtin_tools()}
         if model:
             fields["model"] = model
         if storage:
@@ -174,9 +176,3 @@ def serve_command(
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
     )
-
-
-def _builtin_tools() -> list[object]:
-    from art.tools import builtin_tools
-
-    return list(builtin_tools())

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from art.cli.app import (
+from art.cli.checks import non_negative_seconds, positive_seconds
+from art.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_SUSPENDED,
@@ -23,8 +24,14 @@ from art.cli.app import (
     Output,
     StorageOption,
     ToolsOption,
+    build_instance,
+    exit_with,
+    format_seconds,
+    format_when,
+    guard,
+    load_instance,
+    status_text,
 )
-from art.cli.checks import non_negative_seconds, positive_seconds
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
@@ -67,7 +74,6 @@ def submit(
     json_output: JsonOption = False,
 ) -> None:
     """Queue QUERY for a worker and print the run's id (with --wait, its end)."""
-    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
@@ -99,7 +105,7 @@ def submit(
             _print_ended(out, record)
         return _EXIT_BY_STATUS.get(record.status, EXIT_ERROR)
 
-    _exit(_guard(out, do_submit))
+    exit_with(guard(out, do_submit))
 
 
 def worker(
@@ -155,7 +161,6 @@ def worker(
     ] = None,
 ) -> None:
     """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
-    from art.cli.app import _build_instance, _exit, _guard, load_instance
 
     out = Output(json=False)
     changes = {
@@ -179,14 +184,14 @@ def worker(
                 )
             inst = load_instance(instance)
         else:
-            inst = _build_instance(model, storage, tools)
+            inst = build_instance(model, storage, tools)
         inst.config.queue = _queue_config(None, base=inst.config.queue, **changes)
         async with inst:
             await run_worker(inst, name=name, started=lambda w: _announce(out, inst, w))
         out.errors.print("[dim]worker stopped[/]")
         return EXIT_OK
 
-    _exit(_guard(out, serve))
+    exit_with(guard(out, serve))
 
 
 def workers(
@@ -195,7 +200,6 @@ def workers(
     json_output: JsonOption = False,
 ) -> None:
     """Show the queue: runs waiting and by state, and every worker with its heartbeat."""
-    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
 
@@ -213,7 +217,7 @@ def workers(
             _print_stats(out, stats, where)
         return EXIT_OK
 
-    _exit(_guard(out, show))
+    exit_with(guard(out, show))
 
 
 def register_queue_commands(app: typer.Typer) -> None:
@@ -266,7 +270,6 @@ def _print_submitted(out: Output, run_id: str, thread_id: str, stats: QueueStats
 
 
 def _print_ended(out: Output, record: Any) -> None:
-    from art.cli.app import _status_text
 
     if record.error is not None:
         out.errors.print(f"[red bold]error[/] [red]{record.error.code}[/]: {record.error.message}")
@@ -274,15 +277,13 @@ def _print_ended(out: Output, record: Any) -> None:
         from rich.markdown import Markdown
 
         out.console.print(Markdown(record.answer))
-    line = _status_text(record.status)
+    line = status_text(record.status)
     line.append(f"  run {record.run_id} · thread {record.thread_id}", style="dim")
     out.console.print(line)
 
 
 def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
     from rich.table import Table
-
-    from art.cli.app import _seconds, _when
 
     jobs = ", ".join(f"{count} {state}" for state, count in sorted(stats.jobs.items()))
     out.console.print(
@@ -303,8 +304,8 @@ def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
             w.host or "-",
             str(w.pid or "-"),
             str(w.running),
-            f"{_seconds(w.heartbeat_age_s)} ago",
+            f"{format_seconds(w.heartbeat_age_s)} ago",
             state,
-            _when(w.started_at),
+            format_when(w.started_at),
         )
     out.console.print(table)
