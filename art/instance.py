@@ -17,7 +17,8 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
@@ -73,10 +74,6 @@ T = TypeVar("T")
 TOOL_THREADS = 256
 
 
-#: Plain `def` tool calls that run at once across all the runs of one instance.
-TOOL_THREADS = 256
-
-
 def no_model_message() -> str:
     """What to do when no model is configured: the local extra, or ART_MODEL."""
     try:
@@ -104,6 +101,18 @@ def _local_available() -> bool:
     except Exception:
         return False
     return available()
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """The run a process or resume call found under the lease, and what its
+    `session:start` says beyond `continued` and `tools`."""
+
+    record: RunRecord
+    setup: RunSetup
+    continued: bool
+    start: dict[str, Any] = field(default_factory=dict)
+    resumed: Suspension | None = None
 
 
 class ThreadState(ArtModel):
@@ -345,40 +354,15 @@ class ArtInstance:
         config = self._config_for(opts)
         await self._prepare()
         started = time.perf_counter()
-        with self._secrets_in_use(opts):
-            try:
-                async with self.storage.lease(thread_id):
-                    try:
-                        record, decided, setup = await open_resumed_run(
-                            self.storage,
-                            self.registry,
-                            self.events,
-                            thread_id,
-                            suspension_id,
-                            parsed,
-                            opts,
-                        )
-                    except HookVeto as veto:
-                        return await refused_response(
-                            self.events, thread_id, call_error(veto), started
-                        )
-                    run = Run(
-                        self._run_deps(opts, setup),
-                        record,
-                        config,
-                        opts,
-                        bus=self.events,
-                        started=started,
-                    )
-                    start = {
-                        "continued": True,
-                        "tools": setup.registry.names(),
-                        "suspension_id": suspension_id,
-                        "decision": decided.decision,
-                    }
-                    return await self._drive(run, start, resumed=decided)
-            except ThreadBusyError as busy:
-                return await self._busy(thread_id, busy, started)
+
+        async def open_() -> _Opened:
+            record, decided, setup = await open_resumed_run(
+                self.storage, self.registry, self.events, thread_id, suspension_id, parsed, opts
+            )
+            start = {"suspension_id": suspension_id, "decision": decided.decision}
+            return _Opened(record, setup, continued=True, start=start, resumed=decided)
+
+        return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=())
 
     def resume_execution(
         self,
@@ -715,29 +699,52 @@ class ArtInstance:
         opts = process_options(options)
         config = self._config_for(opts)
         await self._prepare()
+
+        async def open_() -> _Opened:
+            record, continued, setup = await open_run(
+                self.storage, self.registry, self.events, query, thread_id, opts
+            )
+            return _Opened(record, setup, continued=continued)
+
+        return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=sinks)
+
+    async def _lease_and_drive(
+        self,
+        thread_id: str,
+        opts: ProcessOptions,
+        config: ExecutionConfig,
+        started: float,
+        open_: Callable[[], Awaitable[_Opened]],
+        *,
+        sinks: Sequence[Callable[[Event], None]],
+    ) -> AgentFinalResponse:
+        """The one path of `process` and `aresume_execution`: take the thread's lease, find
+        the run (`open_`, where a `run:before` hook may veto it) and drive it."""
         with self._secrets_in_use(opts):
             try:
                 async with self.storage.lease(thread_id):
                     try:
-                        record, continued, setup = await open_run(
-                            self.storage, self.registry, self.events, query, thread_id, opts
-                        )
+                        opened = await open_()
                     except HookVeto as veto:
                         error = call_error(veto)
                         return await refused_response(
                             self.events, thread_id, error, started, sinks=sinks
                         )
                     run = Run(
-                        self._run_deps(opts, setup),
-                        record,
+                        self._run_deps(opts, opened.setup),
+                        opened.record,
                         config,
                         opts,
                         bus=self.events,
                         sinks=sinks,
                         started=started,
                     )
-                    start = {"continued": continued, "tools": setup.registry.names()}
-                    return await self._drive(run, start)
+                    start = {
+                        "continued": opened.continued,
+                        "tools": opened.setup.registry.names(),
+                        **opened.start,
+                    }
+                    return await self._drive(run, start, resumed=opened.resumed)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started, sinks=sinks)
 
@@ -802,31 +809,6 @@ def _history_message(
             f"history message {number} is not a message with a role (user, assistant, "
             f"system or tool) and content: {exc}"
         ) from None
-
-
-def _failed(task: asyncio.Task[Any]) -> bool:
-    return not task.cancelled() and task.exception() is not None
-
-
-def _unwrap(exc: BaseException) -> str:
-    """The message of an engine fault, looking inside a one-exception group."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return str(exc) or type(exc).__name__
-
-
-def _end_data(response: AgentFinalResponse) -> dict[str, Any]:
-    meta = response.metadata
-    return {
-        "status": meta.status,
-        "answer": response.content if meta.status in ("success", "partial") else "",
-        "llm_calls": meta.llm_calls,
-        "tool_calls": meta.tool_calls,
-        "duration_ms": meta.total_duration_ms,
-        "error": meta.error.model_dump(mode="json") if meta.error else None,
-        "suspension_ids": list(meta.suspension_ids),
-        "response": response,
-    }
 
 
 def _storable(text: str) -> str:
