@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from art.core.version import __version__
+from art.core.version import __version__ as __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {

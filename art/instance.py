@@ -525,6 +525,12 @@ class ArtInstance:
         return self._queue
 
     # -- lifecycle ----------------------------------------------------------------------
+    async def aopen(self) -> None:
+        """Open the storage, register the in-process model and start the MCP servers now
+        rather than at the first call (each call does it when needed). Idempotent."""
+        self._check_open()
+        await self._prepare()
+
     async def aclose(self) -> None:
         """Stop the in-process queue worker, then close the storage this instance opened.
         Idempotent."""

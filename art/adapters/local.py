@@ -234,9 +234,10 @@ class _Generation:
 @functools.cache
 def _llama_class() -> type:
     """llama_cpp.Llama with a token loop that counts tokens and stops when cancelled."""
-    import llama_cpp
+    # The local extra: under `.[dev]` alone llama_cpp is not installed, and typed Any.
+    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
 
-    class CountingLlama(llama_cpp.Llama):
+    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc, unused-ignore]  # see above
         generation: _Generation | None = None
 
         def generate(
@@ -261,7 +262,8 @@ class _LoadedModel:
     """One llama.cpp model and the lock that serializes generation on it."""
 
     def __init__(self, path: Path) -> None:
-        from llama_cpp.llama_cache import LlamaRAMCache
+        # the local extra (absent under `.[dev]` alone)
+        from llama_cpp.llama_cache import LlamaRAMCache  # type: ignore[import-not-found, unused-ignore]
 
         self.path = path
         self.lock = threading.Lock()
@@ -324,7 +326,12 @@ _JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
 
 @functools.lru_cache(maxsize=64)
 def _grammar_for(schema_json: str | None) -> Any:
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+    # the local extra (absent under `.[dev]` alone)
+    from llama_cpp.llama_grammar import (  # type: ignore[import-not-found, unused-ignore]
+        JSON_GBNF,
+        LlamaGrammar,
+        json_schema_to_gbnf,
+    )
 
     if schema_json is not None:
         try:

@@ -224,7 +224,7 @@ class PostgresStorage(StorageAdapter):
         self._held: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"PostgresStorage({_redact(self.url)!r})"
+        return f"PostgresStorage({redact_url(self.url)!r})"
 
     # -- plumbing -----------------------------------------------------------------
     async def open(self) -> None:
@@ -269,7 +269,7 @@ class PostgresStorage(StorageAdapter):
         """`exc` as a StorageError naming the server (never the password) and what to check."""
         from art.core.redaction import redact
 
-        where = _redact(self.url)
+        where = redact_url(self.url)
         reason = " ".join(str(exc).split()) or type(exc).__name__
         reason = redact(reason, [_password(self.url)])
         return StorageError(
@@ -631,14 +631,14 @@ def _connect_timeout(url: str, given: int | None) -> int:
 
         found = conninfo_to_dict(url).get("connect_timeout")
     except psycopg.Error as exc:
-        raise ConfigurationError(f"bad PostgreSQL URL {_redact(url)!r}: {exc}") from None
+        raise ConfigurationError(f"bad PostgreSQL URL {redact_url(url)!r}: {exc}") from None
     if found is None:
         return DEFAULT_CONNECT_TIMEOUT_S
     try:
         seconds = int(float(str(found)))
     except ValueError:
         raise ConfigurationError(
-            f"bad PostgreSQL URL {_redact(url)!r}: connect_timeout must be whole seconds"
+            f"bad PostgreSQL URL {redact_url(url)!r}: connect_timeout must be whole seconds"
         ) from None
     return max(seconds, 2) if seconds > 0 else DEFAULT_CONNECT_TIMEOUT_S
 
@@ -652,7 +652,7 @@ def _password(url: str) -> str:
         return ""
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL (or key=value conninfo) without its password, for repr and logs."""
     from urllib.parse import urlsplit, urlunsplit
 

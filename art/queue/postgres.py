@@ -39,7 +39,7 @@ from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Job
 from procrastinate.schema import SchemaManager
 
-from art.adapters.postgres import fetch_value
+from art.adapters.postgres import fetch_value, redact_url
 from art.core.log import get_logger
 from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
@@ -105,9 +105,7 @@ class ProcrastinateQueue(QueueBackend):
         self._open_lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
-        from art.adapters.postgres import _redact
-
-        return f"ProcrastinateQueue({_redact(self.url)!r}, queue={self.config.name!r})"
+        return f"ProcrastinateQueue({redact_url(self.url)!r}, queue={self.config.name!r})"
 
     # -- plumbing -----------------------------------------------------------------
     async def open(self) -> None:

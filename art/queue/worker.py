@@ -34,7 +34,7 @@ async def run_worker(
     """
     from art.queue.backend import open_backend
 
-    await instance._prepare()  # opens the storage as the instance's own first run would
+    await instance.aopen()  # the storage opened as the instance's own first run would
     if signals is None:
         signals = threading.current_thread() is threading.main_thread()
     backend = open_backend(instance.storage, instance.config.queue)
