@@ -806,6 +806,7 @@ async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instanc
     assert first.status == second.status == "success"
     assert len(threads_of_first) == 8 and threading.main_thread() not in threads_of_first
     assert set(seen) == threads_of_first  # started once, used again by the next run
+    # Private on purpose: no public API shows the instance's tool threads outliving a run.
     pool = inst._tool_pool
     assert pool is not None
     await inst.aclose()
@@ -820,6 +821,7 @@ async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scr
 
     plan = {"steps": [{"id": "s1", "tool": "late", "args": {"n": 1}}]}
     inst = make([], model=scripted_model(planning=plan, synthesis="ok"))
+    # Private on purpose: whether the instance made its threads has no public view.
     assert inst._tool_threads() is None  # no `def` tool yet: no threads
     inst.registry.register(late)
 

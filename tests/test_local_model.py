@@ -2,6 +2,8 @@
 
 These tests run the packaged demo model (SmolLM2-135M-Instruct). Without llama-cpp-python
 they skip locally and FAIL in CI (the `CI` env var is set), so CI cannot pass without them.
+A few read the adapter's private helpers (its grammar, chat arguments, loaded models and
+environment parsing): what they decide has no public view short of running the model.
 """
 
 from __future__ import annotations
