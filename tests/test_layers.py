@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import grimp
@@ -29,3 +30,16 @@ def test_no_module_imports_one_that_imports_it_back():
     )
     cycles = [sorted(c) for c in nx.strongly_connected_components(imports) if len(c) > 1]
     assert cycles == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    borrowed = []
+    for path in sorted((ROOT / "art").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("art"):
+                borrowed += [
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert borrowed == []
