@@ -675,6 +675,7 @@ def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypat
     import art.instance
 
     monkeypatch.delenv("ART_MODEL", raising=False)
+    # Private on purpose: whether the local extra is installed is the machine's, not the test's.
     monkeypatch.setattr(art.instance, "_local_available", lambda: False)
     with pytest.raises(ConfigurationError) as caught:
         art.create_art_instance(storage="memory://")
@@ -692,6 +693,7 @@ def test_the_model_comes_from_art_model_else_the_local_demo_model(monkeypatch):
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "openai/gpt-4o-mini"
     monkeypatch.delenv("ART_MODEL")
+    # Private on purpose: as above, the local extra is taken as installed.
     monkeypatch.setattr(art.instance, "_local_available", lambda: True)
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "local/smollm2"
