@@ -1,4 +1,5 @@
-"""The seam between queued runs and the task queue that holds them.
+"""The seam between queued runs and the task queue that holds them, and the choice of
+backend (the classes themselves are in art.queue.contract).
 
 A `QueueBackend` keeps one job per submitted run, locked by thread: of a thread's jobs only
 the oldest waiting one may start, and only when none of them is running, so a thread runs
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.storage.contract import StorageAdapter
 
-# The contract's names are re-exported: this module is where the seam was first drawn.
+# The contract's names too (art.queue.contract): one import gives the whole seam.
 __all__ = ["CLEAN_UP_EVERY_S", "QueueBackend", "QueueRunner", "QueueWorker", "open_backend"]
 
 

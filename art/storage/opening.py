@@ -19,7 +19,7 @@ from art.storage.contract import StorageAdapter
 
 __all__ = [
     "ACCEPTED_URLS",
-    # the codec's names, re-exported from art.storage.codec where they used to live
+    # the codec's names (art.storage.codec), importable from here too
     "as_utc",
     "default_sqlite_path",
     "dump_json",
