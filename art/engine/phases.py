@@ -22,8 +22,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from art.core.log import get_logger
 from art.core.spans import current_traceparent
+from art.engine.execute import ExecutionOutcome, PlanExecution
+from art.engine.execution_state import ExecutionDeps
 from art.engine.run import HISTORY_LIMIT, Run, call_error, pending_suspensions
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
+from art.engine.synthesis import SynthesisInput, gather_sources, incomplete_answer, synthesize
 from art.errors import ModelError, PlanError, RunErrorCode
 from art.observe.events import HookVeto
 from art.responses import (
@@ -38,7 +41,6 @@ from art.responses import (
 from art.storage.contract import Suspension
 
 if TYPE_CHECKING:
-    from art.engine.execute import ExecutionOutcome
     from art.llm.client import LLMResult
 
 __all__ = [
@@ -184,9 +186,6 @@ class ExecutePlan:
     plan (eager execution), while the planner streams it."""
 
     async def run(self, run: Run) -> Phase | End:
-        from art.engine.execute import PlanExecution
-        from art.engine.execution_state import ExecutionDeps
-
         record, deps = run.state.record, run.deps
         execution = PlanExecution(
             ExecutionDeps(
@@ -232,8 +231,6 @@ class Synthesize:
     outcome: ExecutionOutcome
 
     async def run(self, run: Run) -> Phase | End:
-        from art.engine.synthesis import SynthesisInput, incomplete_answer, synthesize
-
         record, deps, outcome = run.state.record, run.deps, self.outcome
         data = SynthesisInput(
             query=record.query,
@@ -343,8 +340,6 @@ def build_response(
     answered_by: LLMResult | None = None,
 ) -> AgentFinalResponse:
     """The run's response as it stands: its answer, steps, displays, counters and timing."""
-    from art.engine.synthesis import gather_sources
-
     context, record = run.context, run.state.record
     steps = list(record.steps.values())
     display = display_outputs(steps, run.deps.registry)

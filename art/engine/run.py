@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from art.config import ExecutionConfig, Persona, ProcessOptions
 from art.core.log import get_logger
+from art.core.serialization import escape_unencodable_data
 from art.core.spans import SpanContext, new_trace_id
 from art.engine.context import RunContext, RunStats
+from art.engine.setup import RunSetup, set_up_run
 from art.errors import ConfigurationError, ModelError, RunErrorCode, SuspensionError
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
@@ -40,7 +42,6 @@ from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
     from art.engine.execute import PlanExecution
-    from art.engine.setup import RunSetup
     from art.engine.suspension import Decision
     from art.llm.client import LLMClient
     from art.planning.planner import Planner
@@ -326,8 +327,6 @@ def _decision_data(decision: Decision) -> dict[str, Any]:
     """The decision as JSON data, its text escaped as a query is (art.core.serialization)."""
     from pydantic_core import to_jsonable_python
 
-    from art.core.serialization import escape_unencodable_data
-
     data: dict[str, Any] = to_jsonable_python(escape_unencodable_data(decision.model_dump()))
     return data
 
@@ -342,8 +341,6 @@ async def _set_up(
 ) -> RunSetup:
     """The run's tools, system context and metadata, after the `run:before` hooks;
     stored on `record` for a continued run or a resume to find."""
-    from art.engine.setup import set_up_run
-
     setup = await set_up_run(
         tools, record, opts, bus, continued=continued, span=SpanContext.root(record.trace_id)
     )

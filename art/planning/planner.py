@@ -25,14 +25,20 @@ from pydantic_core import from_json
 
 from art.config import Persona
 from art.core.log import get_logger
-from art.core.serialization import context_text, escape_unencodable_data
+from art.core.serialization import context_text, escape_unencodable_data, safe_stringify
 from art.errors import PlanError
+from art.llm.client import (
+    LLMClient,
+    LLMPhase,
+    context_window,
+    count_tokens,
+    supports_response_schema,
+)
 from art.planning.output_schemas import output_sketch, step_output_schema
 from art.planning.plans import Plan, validate_plan
 
 if TYPE_CHECKING:
     from art.engine.context import RunContext
-    from art.llm.client import LLMClient, LLMPhase
     from art.planning.stream import StepArrivals
     from art.responses import ConversationMessage, StepRecord
     from art.tooling.contract import ToolExample, ToolSchema
@@ -416,11 +422,6 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _stringify(value: Any, max_length: int) -> str:
-    try:
-        from art.core.serialization import safe_stringify
-    except ImportError:  # pragma: no cover - serialization ships with art
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        return _clip(text, max_length)
     return safe_stringify(value, max_length=max_length)
 
 
@@ -730,8 +731,6 @@ class Planner:
 
     def _response_format(self) -> dict[str, Any] | None:
         if self._structured is None:
-            from art.llm.client import supports_response_schema
-
             self._structured = supports_response_schema(self.model)
         if not self._structured:
             return None
@@ -809,14 +808,10 @@ class Planner:
         half of a small model's context window (the plan and a repair turn need the rest)."""
         messages = render(False)
         if self._window is _UNKNOWN:
-            from art.llm.client import context_window
-
             self._window = context_window(self.model)
         window = self._window
         if not isinstance(window, int) or window > _SMALL_WINDOW:
             return messages
-        from art.llm.client import count_tokens
-
         if count_tokens(self.model, messages) <= window // 2:
             return messages
         return render(True)
