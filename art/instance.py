@@ -32,6 +32,8 @@ from art.config import (
 )
 from art.core.log import get_logger
 from art.core.models import ArtModel
+from art.core.redaction import secrets_from_params, secrets_in_use
+from art.core.serialization import escape_unencodable
 from art.core.spans import SpanContext
 from art.core.sync import Portal
 from art.engine.context import RunContext
@@ -48,21 +50,24 @@ from art.engine.run import (
 )
 from art.engine.suspension import Decision, SuspendedState, parse_decision
 from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
+from art.llm import chat as llm_chat
+from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
+from art.llm.client import LLMClient
 from art.llm.model import model_name
+from art.observe.callbacks import CallbackAdapter
 from art.observe.events import Event, EventBus, Hook, HookVeto, RunEvents
+from art.planning.planner import Planner
+from art.queue.runs import RunHandle, RunQueue
 from art.responses import AgentFinalResponse, ConversationMessage, RunError
 from art.storage.contract import RunRecord, StorageAdapter, Suspension, ThreadSummary
+from art.storage.opening import open_storage
+from art.tooling.registry import ToolRegistry
 from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
     from art.adapters.mcp.client import MCPClient
     from art.engine.setup import RunSetup
-    from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
-    from art.llm.client import LLMClient
-    from art.planning.planner import Planner
     from art.planning.plans import Plan
-    from art.queue.runs import RunHandle, RunQueue
-    from art.tooling.registry import ToolRegistry
 
 __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_message"]
 
@@ -133,18 +138,13 @@ class ArtInstance:
         self.model = _resolve_model(self.config)
         self.planning_model = model_name(self.config.planning_model) or self.model
         self.synthesis_model = model_name(self.config.synthesis_model) or self.model
-        from art.tooling.registry import ToolRegistry
 
         self.registry = ToolRegistry(self.config.tools)  # raises ToolRegistrationError
-        from art.storage.opening import open_storage
-
         self.storage: StorageAdapter = open_storage(self.config.resolved_storage())
         self._owns_storage = not isinstance(self.config.storage, StorageAdapter)
         self.events = EventBus()
         self._callbacks = None
         if self.config.callbacks is not None:
-            from art.observe.callbacks import CallbackAdapter
-
             self._callbacks = CallbackAdapter(self.config.callbacks)
             self._callbacks.attach(self.events)
         self._mcp: MCPClient | None = None
@@ -275,11 +275,9 @@ class ArtInstance:
         """One LLM call outside any run (seed 002's `chat`): `messages` (a string is one
         user message) to `model` (the instance's by default), with the instance's
         llm_params, retries and time limits. Raises ModelError."""
-        from art.llm.chat import achat
-
         self._check_open()
         model, sent = self._chat_call(messages, model, system_prompt)
-        return await achat(
+        return await llm_chat.achat(
             self._llm_client(llm_params),
             self.config.execution_config,
             model,
@@ -317,11 +315,9 @@ class ArtInstance:
     ) -> AsyncIterator[ChatStreamChunk]:
         """`achat`, streamed: the reply's chunks as they arrive (`content` or `thinking`),
         the last one `done` with the finish reason and usage. Raises ModelError."""
-        from art.llm.chat import chat_stream
-
         self._check_open()
         model, sent = self._chat_call(messages, model, system_prompt)
-        chunks = chat_stream(
+        chunks = llm_chat.chat_stream(
             self._llm_client(llm_params), self.config.execution_config, model, sent
         )
         async for chunk in chunks:
@@ -331,12 +327,10 @@ class ArtInstance:
         self, messages: ChatMessages, model: str | None, system_prompt: str | None
     ) -> tuple[str, list[dict[str, Any]]]:
         """The model and messages of a chat call, the model's provider registered."""
-        from art.llm.chat import chat_messages
-
         model = model or self.model
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
             import art.adapters.local  # noqa: F401 - registers the provider with litellm
-        return model, chat_messages(messages, system_prompt)
+        return model, llm_chat.chat_messages(messages, system_prompt)
 
     async def aresume_execution(
         self,
@@ -519,8 +513,6 @@ class ArtInstance:
     def queue(self) -> RunQueue:
         """The queue of this instance's storage: `submit`, `get(run_id)`, `stats()`."""
         if self._queue is None:
-            from art.queue.runs import RunQueue
-
             self._queue = RunQueue(self.storage, self.config.queue, instance=self, sync=self._sync)
         return self._queue
 
@@ -630,7 +622,6 @@ class ArtInstance:
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""
-        from art.llm.client import LLMClient
 
         models = self.config.model_objects()
         if overrides:
@@ -642,14 +633,11 @@ class ArtInstance:
     def _secrets_in_use(self, opts: ProcessOptions) -> contextlib.AbstractContextManager[Any]:
         """Make the keys of this call's llm_params known to everything that writes for it
         (logs, storage), with the environment's (see art.core.redaction)."""
-        from art.core.redaction import secrets_from_params, secrets_in_use
-
         return secrets_in_use(
             secrets_from_params({**self.config.llm_params, **(opts.llm_params or {})})
         )
 
     def _planner(self, llm: LLMClient, tools: ToolRegistry | None = None) -> Planner:
-        from art.planning.planner import Planner
 
         return Planner(
             llm,
@@ -820,8 +808,6 @@ def _history_message(
 def _storable(text: str) -> str:
     """A thread id or query as every storage keeps it: lone surrogates escaped (`\\udcff`,
     see art.core.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
-    from art.core.serialization import escape_unencodable
-
     if not isinstance(text, str):
         raise ConfigurationError(f"expected text, got {type(text).__name__}: {text!r}"[:200])
     text = escape_unencodable(text)
