@@ -27,6 +27,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 from pydantic import TypeAdapter
 
+from art.core.redaction import redact
 from art.errors import (
     ConfigurationError,
     RunErrorCode,
@@ -267,8 +268,6 @@ class PostgresStorage(StorageAdapter):
 
     def _error(self, exc: BaseException) -> StorageError:
         """`exc` as a StorageError naming the server (never the password) and what to check."""
-        from art.core.redaction import redact
-
         where = redact_url(self.url)
         reason = " ".join(str(exc).split()) or type(exc).__name__
         reason = redact(reason, [_password(self.url)])

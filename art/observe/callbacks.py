@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
 from art.core.usage import TokenUsage
+from art.errors import ConfigurationError
+from art.observe.events import scope_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -169,8 +171,6 @@ class CallbackAdapter:
     def __init__(self, callbacks: Any) -> None:
         found = [name for name in CALLBACK_NAMES if callable(getattr(callbacks, name, None))]
         if not found:
-            from art.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"callbacks must be an AgentCallbacks or have at least one of "
                 f"{', '.join(CALLBACK_NAMES)}; got {type(callbacks).__name__}"
@@ -201,8 +201,6 @@ class CallbackAdapter:
     async def _report(self, exc: BaseException, context: EventContext) -> None:
         log.warning("callback failed", event_name=context.name, error=repr(exc))
         if context.name != "error" and self._bus is not None:
-            from art.observe.events import scope_of
-
             await self._bus.emit(
                 "error",
                 {

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from art.core.serialization import safe_stringify
 from art.core.version import __version__
 from art.errors import ConfigurationError
 
@@ -520,6 +521,4 @@ def _error_text(data: dict[str, Any]) -> str:
 
 
 def _short_json(value: Any, limit: int = 2000) -> str:
-    from art.core.serialization import safe_stringify
-
     return safe_stringify(value, max_length=limit)

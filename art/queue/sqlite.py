@@ -31,9 +31,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from art.core.log import get_logger
+from art.errors import ConfigurationError
 from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueueStats, WorkerInfo
+from art.queue.metrics import queue_metrics
 from art.responses import utcnow
 from art.storage.codec import timestamp_key
 
@@ -124,8 +126,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
         found = conn.execute("SELECT COALESCE(MAX(version), 0) FROM queue_schema_version")
         version = found.fetchone()[0]
         if version > len(MIGRATIONS):
-            from art.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"the queue tables are version {version}, newer than this art understands "
                 f"({len(MIGRATIONS)}): upgrade art"
@@ -444,8 +444,6 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
             loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
-        from art.queue.metrics import queue_metrics
-
         self._loop = asyncio.get_running_loop()
         self._stop.clear()
         if self.metrics is None:

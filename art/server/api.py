@@ -12,7 +12,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from art.engine.suspension import Decision
-from art.errors import ThreadBusyError
+from art.errors import ModelError, ThreadBusyError
 from art.planning.plans import Plan
 from art.responses import AgentFinalResponse, display_outputs
 from art.server.context import ServerContext, get_context
@@ -406,8 +406,6 @@ async def make_plan(body: PlanRequest, ctx: Context) -> Response:
     try:
         plan: Plan = await ctx.instance.aplan(body.query, body.thread_id)
     except Exception as exc:
-        from art.errors import ModelError
-
         if isinstance(exc, ModelError):
             raise Problem(502, f"the model failed: {exc.message}", code=str(exc.code)) from None
         raise

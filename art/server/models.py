@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
 from art.core.models import ArtModel
+from art.core.serialization import safe_stringify
 from art.instance import ThreadState
 from art.planning.plans import Plan
 from art.responses import ConversationMessage, DisplayOutput
@@ -119,8 +120,6 @@ class PlanResource(ArtModel):
 
 def _fallback(value: Any) -> Any:
     """Values JSON cannot carry (a tool's arbitrary object) are sent as text."""
-    from art.core.serialization import safe_stringify
-
     return safe_stringify(value)
 
 

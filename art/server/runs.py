@@ -18,10 +18,10 @@ from typing import Any
 
 from art.core.log import get_logger
 from art.engine.suspension import Decision
-from art.errors import ArtError, RunErrorCode
+from art.errors import ArtError, RunErrorCode, ThreadBusyError
 from art.instance import ArtInstance
 from art.observe.events import Event
-from art.responses import AgentFinalResponse
+from art.responses import AgentFinalResponse, RunError, utcnow
 from art.server.journal import EventJournal
 from art.server.problems import Problem
 from art.storage.contract import RunRecord, StoredEvent
@@ -155,7 +155,6 @@ class RunManager:
             raise Problem(
                 409, f"run {run_id!r} has ended (status {record.status})", code="RUN_ENDED"
             )
-        from art.errors import ThreadBusyError
 
         try:
             async with storage.lease(thread_id):
@@ -172,8 +171,6 @@ class RunManager:
         return record
 
     async def _mark_cancelled(self, record: RunRecord, reason: str) -> None:
-        from art.responses import RunError, utcnow
-
         storage = self.instance.storage
         error = RunError(code=RunErrorCode.CANCELLED, message=reason)
         record.status = "failed"

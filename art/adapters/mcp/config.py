@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from art.adapters.mcp.naming import server_prefixes
 from art.core.models import ArtModel
 from art.errors import ConfigurationError
 
@@ -184,7 +185,6 @@ class MCPConfig(ArtModel):
                     f"in the environment (set it, or write ${{{missing.args[0]}:-default}})"
                 ) from None
         config = cls.model_validate({"servers": parsed, "source": source})
-        from art.adapters.mcp.naming import server_prefixes
 
         server_prefixes(config.servers)  # raises when two names collide once snake_cased
         return config

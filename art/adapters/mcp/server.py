@@ -27,6 +27,8 @@ from pydantic_core import to_jsonable_python
 
 import art
 from art.core.log import get_logger
+from art.errors import ArtError
+from art.tooling.registry import build_validator, input_errors
 
 if TYPE_CHECKING:
     import mcp_types
@@ -299,8 +301,6 @@ class _Tools:
                 None,
             )
         except Exception as exc:
-            from art.errors import ArtError
-
             if not isinstance(exc, ArtError):
                 log.exception("MCP tool call failed inside art", tool=name)
                 return _error_result(f"{name} failed: {type(exc).__name__}: {exc}")
@@ -315,8 +315,6 @@ class _Tools:
         return _run_result(response, thread_id, suspensions)
 
     def _problems(self, name: str, args: dict[str, Any]) -> list[str]:
-        from art.tooling.registry import build_validator, input_errors
-
         validator = self._validators.get(name)
         if validator is None:
             validator = self._validators[name] = build_validator(TOOLS[name][1])

@@ -21,6 +21,7 @@ from art.adapters.mcp.connection import MCPCallError
 from art.core.log import get_logger
 from art.errors import ToolErrorCode
 from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.registry import build_validator
 
 if TYPE_CHECKING:
     import mcp_types
@@ -133,8 +134,6 @@ def _input_schema(server: str, tool: mcp_types.Tool) -> dict[str, Any]:
     """The tool's inputSchema, or a permissive one when it is not valid JSON Schema (the
     server still checks the arguments itself)."""
     from jsonschema.exceptions import SchemaError
-
-    from art.tooling.registry import build_validator
 
     schema = dict(tool.input_schema or {})
     schema.setdefault("type", "object")
