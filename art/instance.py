@@ -151,6 +151,7 @@ class ArtInstance:
         self._owns_mcp = False
         self._mcp_lock = threading.Lock()  # runs on two loops may register tools at once
         if self.config.mcp_servers is not None:
+            # Only with MCP servers configured: the client needs the optional mcp extra.
             from art.adapters.mcp.client import MCPClient
 
             given = self.config.mcp_servers

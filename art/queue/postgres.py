@@ -44,6 +44,7 @@ from art.core.log import get_logger
 from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay
 from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats, WorkerInfo
+from art.queue.metrics import queue_metrics
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
@@ -343,8 +344,6 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
             self._worker.stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
 
     async def run(self) -> None:
-        from art.queue.metrics import queue_metrics
-
         config = self.config
         if self.metrics is None:
             self.metrics = queue_metrics(config.name)

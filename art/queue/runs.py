@@ -21,10 +21,12 @@ from art.core.log import get_logger
 from art.core.spans import new_trace_id
 from art.errors import ConfigurationError, RunErrorCode
 from art.queue.backend import QueueWorker, open_backend
+from art.queue.execute import mark_cancelled
 from art.queue.jobs import FINAL_JOB_STATES, JobSpec, JobView, QueueStats, RunStatus
 from art.responses import RunError, utcnow
 from art.storage.codec import timestamp_key
-from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
+from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StorageAdapter
+from art.storage.opening import open_storage
 
 if TYPE_CHECKING:
     from art.queue.contract import QueueRunner
@@ -56,9 +58,6 @@ class RunQueue:
         instance: QueueRunner | None = None,
         sync: SyncRunner | None = None,
     ) -> None:
-        from art.storage.contract import StorageAdapter
-        from art.storage.opening import open_storage
-
         self.storage = open_storage(storage)
         # A storage URL is opened (and closed) here; an adapter belongs to its owner.
         self._owns_storage = instance is None and not isinstance(storage, StorageAdapter)
@@ -295,8 +294,6 @@ class RunHandle:
     async def acancel(self) -> bool:
         """Take the run out of the queue, or stop it on its worker (it ends `failed` with code
         CANCELLED, keeping the steps it finished). False if it had already ended."""
-        from art.queue.execute import mark_cancelled
-
         outcome = await self.queue.backend.cancel(self.id)
         if outcome == "missing":
             await _ended_run(self.queue.storage, self.id)  # its job deleted, or no such run

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from art.queue.backend import open_backend
+
 if TYPE_CHECKING:
     from art.instance import ArtInstance
     from art.queue.backend import QueueWorker
@@ -32,8 +34,6 @@ async def run_worker(
     `signals`: stop gracefully on SIGTERM / SIGINT (default: when in the main thread).
     `started` is called with the worker once it is registered (to stop it, say).
     """
-    from art.queue.backend import open_backend
-
     await instance.aopen()  # the storage opened as the instance's own first run would
     if signals is None:
         signals = threading.current_thread() is threading.main_thread()
