@@ -10,6 +10,7 @@ Exceptions are sorted by who must act::
     ├── ThreadBusyError         another worker holds the thread's lease (code THREAD_BUSY)
     ├── StorageError            the storage cannot be opened or used (code STORAGE_ERROR)
     ├── SuspensionError         resume of an unknown or already-decided suspension
+    ├── ForkError               a fork of an unknown run or step, or with arguments that do not fit
     └── ResponseError           raised by AgentFinalResponse.raise_for_status()
 
 Failures at run time do not escape `process`: they come back as a response with
@@ -26,6 +27,7 @@ __all__ = [
     "RETRYABLE_MODEL_ERRORS",
     "ArtError",
     "ConfigurationError",
+    "ForkError",
     "ModelError",
     "ModelErrorCode",
     "PlanError",
@@ -176,6 +178,13 @@ class StorageError(ArtError):
 
 class SuspensionError(ArtError):
     """Resume of a suspension that does not exist or was already decided."""
+
+
+class ForkError(ArtError):
+    """A fork of a run that does not exist or has no plan, from a step it does not have,
+    or with arguments that make its plan invalid (`details` lists the problems)."""
+
+    code = "FORK_INVALID"
 
 
 class ResponseError(ArtError):

@@ -37,6 +37,7 @@ from art.core.serialization import escape_unencodable
 from art.core.spans import SpanContext
 from art.core.sync import Portal
 from art.engine.context import RunContext
+from art.engine.fork import fork_record
 from art.engine.phases import drive
 from art.engine.run import (
     HISTORY_LIMIT,
@@ -49,7 +50,7 @@ from art.engine.run import (
     refused_response,
 )
 from art.engine.suspension import Decision, SuspendedState, parse_decision
-from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
+from art.errors import ConfigurationError, ForkError, RunErrorCode, ThreadBusyError
 from art.llm import chat as llm_chat
 from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
 from art.llm.client import LLMClient
@@ -368,6 +369,48 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         """Sync `aresume_execution`."""
         return self._sync(self.aresume_execution(thread_id, suspension_id, decision, options))
+
+    async def afork(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_id: str,
+        *,
+        args: Mapping[str, Any] | None = None,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> AgentFinalResponse:
+        """Run a stored run again from `step_id` (with `args` for that step, if given) as a
+        new run of the thread, reusing the outputs of its finished steps that are not
+        downstream of it (a fork; see docs/state.md). `options` are `process`'s, e.g.
+        `llm_params` for another model. Raises ForkError for an unknown run or step or
+        arguments that make the plan invalid, ThreadBusyError while a run is active on the
+        thread."""
+        self._check_open()
+        await self._prepare()
+        source = await self.storage.get_run(run_id)
+        if source is None or source.thread_id != thread_id:
+            raise ForkError(f"no run {run_id!r} on thread {thread_id!r}", code="FORK_RUN_NOT_FOUND")
+        record = fork_record(
+            source, step_id, self.registry, args=dict(args) if args is not None else None
+        )
+        async with self.storage.lease(thread_id):
+            if await self.storage.get_active_run(thread_id) is not None:
+                raise ThreadBusyError(thread_id)
+            await self.storage.create_run(record)
+        opts = process_options(options).model_copy(update={"run_id": record.run_id})
+        return await self.aprocess(source.query, thread_id, opts)
+
+    def fork(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_id: str,
+        *,
+        args: Mapping[str, Any] | None = None,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> AgentFinalResponse:
+        """Sync `afork`."""
+        return self._sync(self.afork(thread_id, run_id, step_id, args=args, options=options))
 
     async def acheck_for_suspended_state(self, thread_id: str) -> SuspendedState | None:
         """The thread's suspended run and its pending suspensions, or None."""

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -274,12 +274,71 @@ def resume(
                     for s in await _pending_suspensions(inst, thread_id)
                     if s["suspension_id"] == suspension_id
                 }
+
             response = await _live(
                 out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
             )
             return await _finish(out, inst, view, response, launch)
 
     exit_with(guard(out, do_resume))
+
+
+@app.command()
+def fork(
+    thread_id: ThreadArgument,
+    run_id: Annotated[
+        str, typer.Argument(help="The run to fork.", show_default=False, metavar="RUN")
+    ],
+    step_id: Annotated[
+        str,
+        typer.Argument(
+            help="The step to run again, with every step downstream of it.",
+            show_default=False,
+            metavar="STEP",
+        ),
+    ],
+    args: Annotated[
+        str | None,
+        typer.Option("--args", metavar="JSON", help="Arguments for STEP (a JSON object)."),
+    ] = None,
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    timeout: TimeoutOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run a stored run again from one step, as a new run of the thread (a fork): the
+    finished steps it cannot change keep their outputs."""
+    step_args = _json_object(args, "--args") if args is not None else None
+    out = Output(json=json_output)
+    launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
+
+    async def do_fork() -> int:
+        async with launch.instance() as inst:
+            view = RunView(thread_id=thread_id)
+
+            def start() -> Coroutine[Any, Any, AgentFinalResponse]:
+                return inst.afork(thread_id, run_id, step_id, args=step_args)
+
+            response = await _live(out, view, _subscribed_events(inst, start, view))
+            return await _finish(out, inst, view, response, launch)
+
+    exit_with(guard(out, do_fork))
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=option)
+    return value
 
 
 @app.command()
@@ -430,14 +489,28 @@ async def _run(
         return await _finish(out, inst, view, response, launch)
 
 
-async def _resume_events(
+def _resume_events(
     inst: ArtInstance,
     thread_id: str,
     suspension_id: str,
     decision: dict[str, Any],
     view: RunView,
 ) -> AsyncIterator[Event]:
-    """The events of a resumed run, through a subscription (resume has no stream of its own)."""
+    """The events of a resumed run."""
+
+    def start() -> Coroutine[Any, Any, AgentFinalResponse]:
+        return inst.aresume_execution(thread_id, suspension_id, decision)
+
+    return _subscribed_events(inst, start, view)
+
+
+async def _subscribed_events(
+    inst: ArtInstance,
+    start: Callable[[], Coroutine[Any, Any, AgentFinalResponse]],
+    view: RunView,
+) -> AsyncIterator[Event]:
+    """The events of the run `start()` makes, through a subscription (a resume or a fork
+    has no stream of its own)."""
     import asyncio
 
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -445,7 +518,7 @@ async def _resume_events(
 
     async def resume_then_stop() -> AgentFinalResponse:
         try:
-            return await inst.aresume_execution(thread_id, suspension_id, decision)
+            return await start()
         finally:
             queue.put_nowait(None)
 

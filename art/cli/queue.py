@@ -159,6 +159,16 @@ def worker(
     name: Annotated[
         str | None, typer.Option("--name", metavar="NAME", help="Shown by `art workers`.")
     ] = None,
+    schedule: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--schedule",
+            metavar="CRON|THREAD|QUERY",
+            help="Queue QUERY on THREAD at each time CRON names (UTC; five fields, or six "
+            "with seconds last). Repeatable; workers with the same schedule queue each run "
+            "once.",
+        ),
+    ] = None,
 ) -> None:
     """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
 
@@ -172,8 +182,10 @@ def worker(
     }
 
     async def serve() -> int:
+        from art.queue.schedule import Schedule
         from art.queue.worker import run_worker
 
+        schedules = [Schedule.parse(text) for text in schedule or []]
         if instance is not None:
             if model or storage or tools:
                 raise CliError(
@@ -187,7 +199,12 @@ def worker(
             inst = build_instance(model, storage, tools)
         inst.config.queue = _queue_config(None, base=inst.config.queue, **changes)
         async with inst:
-            await run_worker(inst, name=name, started=lambda w: _announce(out, inst, w))
+            await run_worker(
+                inst,
+                name=name,
+                started=lambda w: _announce(out, inst, w),
+                schedules=schedules,
+            )
         out.errors.print("[dim]worker stopped[/]")
         return EXIT_OK
 

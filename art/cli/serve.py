@@ -4,11 +4,12 @@ uvicorn) only when run: they are an optional extra and slow to import."""
 from __future__ import annotations
 
 import importlib.util
-from typing import Annotated, Any
+import os
+from typing import Annotated
 
 import typer
 
-from art.cli.common import CliError, builtin_tools, load_tools
+from art.cli.common import CliError, instance_fields
 
 __all__ = ["serve_command"]
 
@@ -31,7 +32,11 @@ def serve_command(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", "-m", metavar="MODEL", help="litellm model name (default: $ART_MODEL)."
+            "--model",
+            "-m",
+            metavar="MODEL",
+            help="litellm model name, or module:ATTR / file.py:ATTR naming one "
+            "(default: $ART_MODEL).",
         ),
     ] = None,
     storage: Annotated[
@@ -64,6 +69,43 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    user_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--user-key",
+            metavar="USER=KEY",
+            help="A user's key (16+ characters): its holder sees only the threads they "
+            "created; --api-key keys see all. Repeatable. Default: $ART_USER_KEYS "
+            "(comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    webhook: Annotated[
+        str | None,
+        typer.Option(
+            "--webhook",
+            metavar="URL",
+            help="Called (POST, JSON) when a run ends or suspends; signed with "
+            "$ART_WEBHOOK_SECRET when set.",
+        ),
+    ] = None,
+    webhook_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--webhook-allow",
+            metavar="PREFIX",
+            help="A URL prefix a run's own `webhook` may start with. Repeatable. "
+            "Default: runs cannot name one.",
+        ),
+    ] = None,
+    enqueue_to_queue: Annotated[
+        bool,
+        typer.Option(
+            "--enqueue-to-queue",
+            help="multitaskStrategy enqueue puts runs in the run queue, for `art worker` "
+            "(default: they wait in this process).",
+        ),
+    ] = False,
     no_auth: Annotated[
         bool,
         typer.Option(
@@ -143,12 +185,23 @@ def serve_command(
                 "CONFIG_ERROR", 'art serve needs the server extra: pip install "art-pes[server]"'
             )
         from art.server.app import create_app
-        from art.server.settings import ServerSettings, keys_from_env
+        from art.server.settings import (
+            WEBHOOK_SECRET_ENV,
+            ServerSettings,
+            keys_from_env,
+            parse_user_keys,
+            user_keys_from_env,
+        )
 
         settings = ServerSettings(
             host=host,
             port=port,
             api_keys=list(api_keys or keys_from_env()),
+            user_keys=parse_user_keys(user_keys) if user_keys else user_keys_from_env(),
+            webhook_url=webhook,
+            enqueue_to_queue=enqueue_to_queue,
+            webhook_secret=os.environ.get(WEBHOOK_SECRET_ENV) or None,
+            webhook_allowed_prefixes=list(webhook_allow or []),
             allow_unauthenticated=no_auth,
             cors_origins=list(cors_origins or []),
             allowed_hosts=list(allowed_hosts or []),
@@ -157,12 +210,7 @@ def serve_command(
             max_query_chars=max_query_chars,
             root_path=root_path.rstrip("/"),
         )
-        fields: dict[str, Any] = {"tools": load_tools(tools) if tools else builtin_tools()}
-        if model:
-            fields["model"] = model
-        if storage:
-            fields["storage"] = storage
-        app = create_app(settings=settings, **fields)
+        app = create_app(settings=settings, **instance_fields(model, storage, tools))
     except (CliError, ConfigurationError) as exc:
         code = exc.code if isinstance(exc, CliError) else str(exc.code)
         typer.echo(f"error {code}: {exc.message}", err=True)

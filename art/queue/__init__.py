@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "WorkerInfo": "art.queue.jobs",
     "RunHandle": "art.queue.runs",
     "RunQueue": "art.queue.runs",
+    "Schedule": "art.queue.schedule",
     "run_worker": "art.queue.worker",
 }
 
@@ -31,6 +32,7 @@ __all__ = [
     "RunHandle",
     "RunQueue",
     "RunStatus",
+    "Schedule",
     "WorkerInfo",
     "run_worker",
 ]
@@ -49,4 +51,5 @@ if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.queue.jobs import QueueStats, RunStatus, WorkerInfo
     from art.queue.runs import RunHandle, RunQueue
+    from art.queue.schedule import Schedule
     from art.queue.worker import run_worker

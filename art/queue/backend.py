@@ -35,6 +35,7 @@ def open_backend(storage: StorageAdapter, config: QueueConfig) -> QueueBackend:
     from art.adapters.memory import MemoryStorage
     from art.adapters.sqlite import SQLiteStorage
 
+    storage = storage.backing
     if isinstance(storage, SQLiteStorage):
         from art.queue.sqlite import SQLiteQueue
 

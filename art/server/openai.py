@@ -19,19 +19,22 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.responses import JSONResponse, Response
 
 from art.engine.suspension import suspended_message
 from art.server.context import ServerContext, get_context
+from art.server.principals import Principal, authenticated
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
+from art.server.sse import sse_event
 
 __all__ = ["ChatRequest", "router"]
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 Context = Annotated[ServerContext, Depends(get_context)]
+Caller = Annotated[Principal, Depends(authenticated)]
 MODEL_ID = "art"
 
 
@@ -68,6 +71,8 @@ def _query(request: ChatRequest, threaded: bool) -> str:
     if last_user is None:
         raise Problem(422, "the messages have no user message to answer")
     question = _text(request.messages[last_user])
+    if not question.strip():
+        raise Problem(422, "the last user message is empty", code="QUERY_EMPTY")
     earlier = [m for m in request.messages[:last_user] if m.role in ("user", "assistant")]
     if threaded or not earlier:
         return question
@@ -91,6 +96,7 @@ async def list_models() -> dict[str, Any]:
 async def chat_completions(
     body: ChatRequest,
     ctx: Context,
+    caller: Caller,
     thread_header: Annotated[str | None, Header(alias="X-Art-Thread-Id", max_length=128)] = None,
 ) -> Response:
     """Run the agent on the last user message; a chat completion (or its chunks)."""
@@ -100,12 +106,15 @@ async def chat_completions(
     query = _query(body, threaded=thread_id is not None)
     if len(query) > ctx.settings.max_query_chars:
         raise Problem(422, "the query is too long for this server", code="QUERY_TOO_LONG")
-    active = await ctx.runs.start(thread_id or f"chat-{uuid.uuid4().hex[:16]}", query)
+    thread_id = thread_id or f"chat-{uuid.uuid4().hex[:16]}"
+    await ctx.threads.claim(caller, thread_id)
+    options = None if caller.admin else {"user_id": caller.user}
+    active = await ctx.runs.start(thread_id, query, options)
     completion_id = f"chatcmpl-{active.run_id or uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         chunks = _chunks(ctx, active, completion_id, body.model, include_usage)
-        return EventSourceResponse(chunks, ping=ctx.settings.ping_interval_s)
+        return ctx.streams.response(chunks, ping_s=ctx.settings.ping_interval_s)
     response = await active.wait()
     meta = response.metadata
     if meta.status == "error":
@@ -166,7 +175,7 @@ async def _chunks(
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             **extra,
         }
-        return ServerSentEvent(data=json.dumps(body, ensure_ascii=False))
+        return sse_event(json.dumps(body, ensure_ascii=False))
 
     yield chunk({"role": "assistant", "content": ""})
     streamed = False
@@ -182,7 +191,7 @@ async def _chunks(
             if status == "error":
                 error = data.get("error") or {}
                 problem = {"message": error.get("message"), "code": error.get("code")}
-                yield ServerSentEvent(data=json.dumps({"error": problem}))
+                yield sse_event(json.dumps({"error": problem}))
                 break
             if not streamed:
                 text = data.get("answer") or await _waiting_text(
@@ -194,8 +203,8 @@ async def _chunks(
             yield chunk({}, "stop", art=art)
             if include_usage:
                 usage = data.get("usage") or {}
-                yield ServerSentEvent(
-                    data=json.dumps(
+                yield sse_event(
+                    json.dumps(
                         {
                             "id": completion_id,
                             "object": "chat.completion.chunk",
@@ -210,7 +219,7 @@ async def _chunks(
                     )
                 )
             break
-    yield ServerSentEvent(data="[DONE]")
+    yield sse_event("[DONE]")
 
 
 async def _waiting_text(ctx: ServerContext, thread_id: str, run_id: str | None) -> str:

@@ -14,7 +14,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from art.config import STORAGE_ENV
 from art.errors import ConfigurationError
-from art.storage.codec import as_utc, dump_json, load_json, timestamp_key
+from art.storage.codec import (
+    as_utc,
+    dump_json,
+    load_json,
+    merge_metadata,
+    metadata_matches,
+    thread_cursor,
+    timestamp_key,
+)
 from art.storage.contract import StorageAdapter
 
 __all__ = [
@@ -24,7 +32,10 @@ __all__ = [
     "default_sqlite_path",
     "dump_json",
     "load_json",
+    "merge_metadata",
+    "metadata_matches",
     "open_storage",
+    "thread_cursor",
     "timestamp_key",
 ]
 
