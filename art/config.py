@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from art.core.models import ArtModel
+from art.core.serialization import storable_problem
 from art.errors import ConfigurationError
 from art.llm.model import Model, model_name
 
@@ -51,6 +52,10 @@ class ExecutionConfig(ArtModel):
     # How long a timed-out or cancelled tool call may take to stop before it is abandoned.
     tool_stop_grace_s: float = Field(5.0, ge=0)
     step_max_retries: int = Field(2, ge=0)
+    # Whether a step attempt cut short by its process dying counts against
+    # step_max_retries when the run is continued. Queued runs turn it off: the queue
+    # bounds worker deaths itself (QueueConfig.max_worker_deaths).
+    count_interrupted_attempts: bool = True
     retry_backoff_s: float = Field(0.5, ge=0)
     max_plan_attempts: int = Field(3, ge=1)
     max_replans: int = Field(1, ge=0)
@@ -71,6 +76,11 @@ class ExecutionConfig(ArtModel):
     # Stream the planning reply and start each step once its object is complete and valid.
     eager_execution: bool = False
     buffer: BufferConfig = Field(default_factory=BufferConfig)
+    # A plan with more steps, or a longer title, goes back to the planner for repair.
+    max_plan_steps: int = Field(10_000, ge=1)
+    max_plan_title_chars: int = Field(1_000, ge=1)
+    # A longer answer is cut to this many characters (the run ends partial).
+    max_answer_chars: int = Field(1_000_000, ge=1)
 
     def merged(self, overrides: ExecutionConfig | dict[str, Any] | None) -> ExecutionConfig:
         """This config with the fields `overrides` sets explicitly replaced."""
@@ -81,6 +91,23 @@ class ExecutionConfig(ArtModel):
         data = self.model_dump()
         data.update(ExecutionConfig.model_validate(overrides).model_dump(exclude_unset=True))
         return ExecutionConfig.model_validate(data)
+
+    def within(self, overrides: dict[str, Any] | None) -> ExecutionConfig:
+        """This config with `overrides` applied, refusing any that would raise one of its
+        limits (`CEILING_FIELDS`; a value may only go down): what a server's client may
+        change. Raises ValueError naming every limit the overrides would raise."""
+        merged = self.merged(overrides)
+        raised = [
+            f"{name} {_shown(getattr(merged, name))} > {_shown(getattr(self, name))}"
+            for name in CEILING_FIELDS
+            if _limit(merged, name) > _limit(self, name)
+        ]
+        if raised:
+            raise ValueError(
+                "execution_config may lower this server's limits, not raise them: "
+                + ", ".join(raised)
+            )
+        return merged
 
     def llm_time_limits(self, model: str) -> tuple[float | None, float | None]:
         """Seconds an attempt on `model` may take, and may go without a streamed chunk.
@@ -93,6 +120,44 @@ class ExecutionConfig(ArtModel):
         attempt = DEFAULT_LLM_TIMEOUT_S if self.llm_timeout_s is None else self.llm_timeout_s
         idle = self.llm_stream_idle_timeout_s
         return attempt, DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S if idle is None else idle
+
+
+#: The fields of ExecutionConfig whose larger value lets a run do more (take longer, call
+#: the model or a tool more often, keep more); None is no limit. A server's client may
+#: lower them, never raise them (`ExecutionConfig.within`).
+CEILING_FIELDS = (
+    "tool_result_max_length",
+    "max_concurrency",
+    "step_timeout_s",
+    "tool_stop_grace_s",
+    "step_max_retries",
+    "max_plan_attempts",
+    "max_replans",
+    "llm_max_retries",
+    "llm_timeout_s",
+    "llm_stream_idle_timeout_s",
+    "llm_max_retry_delay_s",
+    "llm_retry_budget_s",
+    "max_plan_steps",
+    "max_plan_title_chars",
+    "max_answer_chars",
+)
+# What None means for a limit: the provider default where there is one, else no limit.
+_NONE_MEANS = {
+    "llm_timeout_s": DEFAULT_LLM_TIMEOUT_S,
+    "llm_stream_idle_timeout_s": DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S,
+}
+
+
+def _limit(config: ExecutionConfig, name: str) -> float:
+    value = getattr(config, name)
+    if value is None:
+        return _NONE_MEANS.get(name, float("inf"))
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    return "null (no limit)" if value is None else repr(value)
 
 
 class Persona(ArtModel):
@@ -152,6 +217,10 @@ class QueueConfig(ArtModel):
     # Workers delete a finished run's job this long after it ended (the run stays in
     # storage; its handle then reads it there). None keeps every job.
     keep_finished_s: float | None = Field(7 * 86400.0, ge=0)
+    # A run whose worker died while it ran alone on it this many times is not run again:
+    # it ends `failed` with code WORKER_DIED (its job dead-lettered) and its thread goes on.
+    # Runs that shared the dead worker are not charged: they run again alone first.
+    max_worker_deaths: int = Field(3, ge=1, le=100)
 
     @model_validator(mode="after")
     def _stalled_after_heartbeats(self) -> QueueConfig:
@@ -253,12 +322,21 @@ def process_options(options: ProcessOptions | Mapping[str, Any] | None) -> Proce
     if options is None:
         return ProcessOptions()
     if isinstance(options, ProcessOptions):
-        return options
+        return _storable_options(options)
     options = dict(options)
     for name, fix in _MOVED_OPTIONS.items():
         if name in options:
             raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
     try:
-        return ProcessOptions.model_validate(options)
+        return _storable_options(ProcessOptions.model_validate(options))
     except ValidationError as exc:
         raise ConfigurationError(f"invalid process options: {exc}") from None
+
+
+def _storable_options(options: ProcessOptions) -> ProcessOptions:
+    """`options`, refused when the data stored with the run could not be read back."""
+    for name in ("system_context", "metadata"):
+        problem = storable_problem(getattr(options, name))
+        if problem is not None:
+            raise ConfigurationError(f"invalid process options: {name} {problem}")
+    return options

@@ -102,6 +102,8 @@ class RunErrorCode(StrEnum):
     SUSPENSION_ALREADY_DECIDED = "SUSPENSION_ALREADY_DECIDED"
     STORAGE_ERROR = "STORAGE_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    # A queued run's worker died while running it, `QueueConfig.max_worker_deaths` times.
+    WORKER_DIED = "WORKER_DIED"
     # A `message:before` hook refused a planning or synthesis call.
     VETOED = "VETOED"
     # The answer did not end normally (cut by the output limit, filtered, or its stream

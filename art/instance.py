@@ -158,6 +158,8 @@ class ArtInstance:
             given = self.config.mcp_servers
             self._mcp = given if isinstance(given, MCPClient) else MCPClient(given)
             self._owns_mcp = self._mcp is not given
+            # The servers' sampling requests are answered by this instance's model.
+            self._mcp.attach_sampler(self._mcp_sampler())
         self._opened = False
         self._providers_ready = False
         self._llm: LLMClient | None = None
@@ -245,7 +247,7 @@ class ArtInstance:
         Raises PlanError or ModelError: there is no response to carry them."""
         self._check_open()
         query = _storable(query)
-        thread_id = _storable(thread_id) if thread_id is not None else None
+        thread_id = _thread_key(thread_id) if thread_id is not None else None
         await self._prepare()
         history = (
             await self.storage.get_history(thread_id, limit=HISTORY_LIMIT) if thread_id else []
@@ -344,7 +346,7 @@ class ArtInstance:
         """Decide a suspended step and, once every suspension of the run is decided, finish
         the run. Raises SuspensionError for an unknown or already-decided suspension."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         parsed = parse_decision(decision)
         opts = process_options(options)
         config = self._config_for(opts)
@@ -415,7 +417,7 @@ class ArtInstance:
     async def acheck_for_suspended_state(self, thread_id: str) -> SuspendedState | None:
         """The thread's suspended run and its pending suspensions, or None."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         run = await self.storage.get_active_run(thread_id)
         if run is None or run.status != "suspended":
@@ -434,7 +436,7 @@ class ArtInstance:
     async def aget_state(self, thread_id: str) -> ThreadState:
         """The thread's runs (oldest first), active run, pending suspensions and history."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         runs = await self.storage.list_runs(thread_id)
         active = await self.storage.get_active_run(thread_id)
@@ -460,7 +462,7 @@ class ArtInstance:
         `ConversationMessage` or a dict with `role` and `content`. Raises ThreadBusyError
         while a run holds the thread, ConfigurationError for a malformed message."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         loaded = [_history_message(thread_id, n, m) for n, m in enumerate(messages, start=1)]
         await self._prepare()
         async with self.storage.lease(thread_id):
@@ -486,7 +488,7 @@ class ArtInstance:
         history and events. False when nothing was stored for it. Raises ThreadBusyError
         while a run holds the thread."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         async with self.storage.lease(thread_id):
             return await self.storage.delete_thread(thread_id)
@@ -514,7 +516,7 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        run = self._active.get(_storable(thread_id))
+        run = self._active.get(thread_id)  # an id no run may have finds none
         if run is None or (run_id is not None and run.context.run_id != run_id):
             return False
         try:
@@ -541,6 +543,8 @@ class ArtInstance:
         A worker runs it: `art worker` processes, and this process too on SQLite and memory
         storage (`config.queue.in_process`)."""
         self._check_open()
+        if isinstance(thread_id, str):  # the queue says what else a thread id must be
+            thread_id = _thread_key(thread_id)
         await self._prepare()
         return await self.queue.submit(query, thread_id, options)
 
@@ -664,6 +668,13 @@ class ArtInstance:
                     if self.registry.get(tool.name) is not tool:
                         self.registry.register(tool)
 
+    def _mcp_sampler(self) -> Any:
+        from art.adapters.mcp.sampling import Sampler
+        from art.llm.model import LiteLLMModel
+
+        model = self.config.model_objects().get(self.model) or LiteLLMModel(self.model)
+        return Sampler(model, self.config.llm_params)
+
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""
 
@@ -733,7 +744,7 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         self._check_open()
         started = time.perf_counter()
-        query, thread_id = _storable(query), _storable(thread_id)
+        query, thread_id = _storable(query), _thread_key(thread_id)
         opts = process_options(options)
         config = self._config_for(opts)
         await self._prepare()
@@ -849,8 +860,26 @@ def _history_message(
         ) from None
 
 
+def _thread_key(thread_id: str) -> str:
+    """`thread_id`, refused when it holds NUL or a lone surrogate: storage could keep it
+    only escaped, and the escape would name another thread (the literal `\\x00`)."""
+    if not isinstance(thread_id, str):
+        shown = f"{type(thread_id).__name__}: {thread_id!r}"
+        raise ConfigurationError(f"expected text, got {shown}"[:200])
+    if "\x00" in thread_id or _has_lone_surrogate(thread_id):
+        raise ConfigurationError(
+            f"invalid thread id {thread_id.encode('utf-8', 'backslashreplace').decode()!r}: "
+            "it must not hold NUL or a lone surrogate (text storage cannot keep either)"
+        )
+    return thread_id
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    return escape_unencodable(text) is not text
+
+
 def _storable(text: str) -> str:
-    """A thread id or query as every storage keeps it: lone surrogates escaped (`\\udcff`,
+    """A query as every storage keeps it: lone surrogates escaped (`\\udcff`,
     see art.core.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
     if not isinstance(text, str):
         raise ConfigurationError(f"expected text, got {type(text).__name__}: {text!r}"[:200])

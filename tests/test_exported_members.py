@@ -39,8 +39,8 @@ EXPORTS = {
     ],
     "art.server": ["Principal", "ServerSettings", "create_app", "serve", "serve_in_thread"],
     "art.queue": [
-        "QueueConfig", "QueueStats", "RunHandle", "RunQueue", "RunStatus", "Schedule",
-        "WorkerInfo", "run_worker",
+        "Attempt", "QueueConfig", "QueueStats", "QueuedRun", "RunHandle", "RunQueue",
+        "RunStatus", "Schedule", "WorkerInfo", "run_worker",
     ],
     "art.adapters.mcp": [
         "MCPClient", "MCPConfig", "MCPServerConfig", "MCPServerError", "MCPTool",

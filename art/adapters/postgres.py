@@ -36,7 +36,13 @@ from art.errors import (
     ThreadBusyError,
 )
 from art.responses import ConversationMessage, StepRecord, utcnow
-from art.storage.codec import dump_json, load_json, merge_metadata, thread_cursor
+from art.storage.codec import (
+    dump_json,
+    load_json,
+    load_json_as,
+    merge_metadata,
+    thread_cursor,
+)
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     RunRecord,
@@ -225,7 +231,8 @@ _STEPS: TypeAdapter[list[tuple[str, StepRecord]]] = TypeAdapter(list[tuple[str, 
 
 def _load_run(data: str, steps: str) -> RunRecord:
     run = load_json(RunRecord, data)
-    run.steps = dict(_STEPS.validate_json(steps))
+    records: list[tuple[str, StepRecord]] = load_json_as(_STEPS, steps)
+    run.steps = dict(records)
     return run
 
 
@@ -282,6 +289,10 @@ class PostgresStorage(StorageAdapter):
                 min_size=self.min_size,
                 max_size=self.max_size,
                 kwargs={"autocommit": True, "connect_timeout": self.connect_timeout_s},
+                # A call waits at most this for a connection (the server may be gone), and
+                # a connection the server dropped is replaced before it is handed out.
+                timeout=self.connect_timeout_s,
+                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name="art",
             )
@@ -389,6 +400,14 @@ class PostgresStorage(StorageAdapter):
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
         async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                "SELECT status FROM runs WHERE run_id = %s FOR UPDATE", (run.run_id,)
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] not in ACTIVE_RUN_STATES:
+                # Ended already, by a worker that ran it too: its lease went with a server
+                # restart while its run went on. One end, one exchange: the first.
+                return
             await self._update_run(conn, run)
             for message in messages:
                 await self._insert_message(conn, message)

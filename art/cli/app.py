@@ -248,6 +248,15 @@ def resume(
         str | None,
         typer.Option("--reason", "-r", metavar="TEXT", help="Why (given to the agent)."),
     ] = None,
+    modified_args: Annotated[
+        str | None,
+        typer.Option(
+            "--modified-args",
+            metavar="JSON",
+            help="A JSON object: the arguments to run the step with instead, or, for a "
+            "tool that asked for input (an MCP elicitation), the answer.",
+        ),
+    ] = None,
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,
@@ -261,7 +270,14 @@ def resume(
     if approve is None:
         raise typer.BadParameter("say --approve or --reject", param_hint="--approve/--reject")
     out = Output(json=json_output)
-    decision = {"approved": approve, "reason": reason}
+    decision: dict[str, Any] = {"approved": approve, "reason": reason}
+    if modified_args is not None:
+        try:
+            decision["modified_args"] = json.loads(modified_args)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint="--modified-args") from None
+        if not isinstance(decision["modified_args"], dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--modified-args")
     launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
 
     async def do_resume() -> int:
@@ -448,6 +464,33 @@ def mcp_command(
         int, typer.Option("--port", min=0, max=65535, help="Port (--http; 0: any free one).")
     ] = 8000,
     path: Annotated[str, typer.Option("--path", help="URL path (--http).")] = "/mcp",
+    api_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            metavar="KEY",
+            help="A key clients send as 'Authorization: Bearer KEY' (--http; 16+ characters). "
+            "Repeatable. Default: $ART_API_KEYS (comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Listen beyond loopback without keys (--http; only behind a proxy that "
+            "authenticates every request).",
+        ),
+    ] = False,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="A Host name the server answers to besides the loopback names and --host "
+            "(--http). Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Serve this agent as an MCP server: its query, plan and suspension tools, over stdio
     (for Claude Desktop and IDEs) or Streamable HTTP. See docs/mcp.md."""
@@ -465,6 +508,9 @@ def mcp_command(
                 host=host,
                 port=port,
                 path=path,
+                api_keys=api_keys,
+                no_auth=no_auth,
+                allowed_hosts=allowed_hosts,
             ),
         )
     )

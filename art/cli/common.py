@@ -411,6 +411,12 @@ def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
         raise CliError(
             "CONFIG_ERROR", f"{option} {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
         ) from exc
+    except SystemExit as exc:  # not art's exit: the command would end as if it had run
+        raise CliError(
+            "CONFIG_ERROR",
+            f"{option} {spec!r}: importing {target} called sys.exit({exc.code!r})",
+            EXIT_USAGE,
+        ) from None
 
 
 def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:

@@ -39,9 +39,13 @@ async def serve_command(
     host: str,
     port: int,
     path: str,
+    api_keys: list[str] | None = None,
+    no_auth: bool = False,
+    allowed_hosts: list[str] | None = None,
 ) -> int:
     """`art mcp`: serve an agent over stdio (or Streamable HTTP) until stopped."""
     from art.adapters.mcp.server import aserve
+    from art.server.settings import ServerSettings, keys_from_env
 
     if instance is not None and (model or storage or tools or mcp_config):
         raise CliError(
@@ -50,6 +54,9 @@ async def serve_command(
             "and --mcp-config (configure them in the instance)",
             EXIT_USAGE,
         )
+    keys = list(api_keys or keys_from_env())
+    if http:  # refused before anything starts: keys of 16+ characters, loopback without
+        ServerSettings(host=host, api_keys=keys, allow_unauthenticated=no_auth).check_exposure()
     inst = (
         load_instance(instance) if instance else build_instance(model, storage, tools, mcp_config)
     )
@@ -59,7 +66,15 @@ async def serve_command(
 
     async with inst:
         await aserve(
-            inst, "http" if http else "stdio", host=host, port=port, path=path, ready=ready
+            inst,
+            "http" if http else "stdio",
+            host=host,
+            port=port,
+            path=path,
+            ready=ready,
+            api_keys=keys,
+            allow_unauthenticated=no_auth,
+            allowed_hosts=allowed_hosts or (),
         )
     return EXIT_OK
 
@@ -95,6 +110,7 @@ async def list_tools(out: Output, tools: list[str] | None, mcp_config: Path | No
                         "protocol_version": s.protocol_version,
                         "tools": s.tools,
                         "error": s.error,
+                        "left_out": s.left_out,
                     }
                     for s in servers
                 ],
@@ -148,5 +164,7 @@ def _print_tools(out: Output, rows: list[dict[str, Any]], servers: list[Any]) ->
             f"{escape(s.target)}): {len(s.tools)} tools"
         )
         out.console.print(line)
+        for tool, reason in s.left_out.items():
+            out.console.print(f"  [dim]left out {escape(tool)}: {escape(reason)}[/]")
         if s.error:
             out.errors.print(f"  [red]{escape(s.error)}[/]")

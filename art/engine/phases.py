@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from art.core.log import get_logger
+from art.core.serialization import truncate
 from art.core.spans import current_traceparent
 from art.engine.execute import ExecutionOutcome, PlanExecution
 from art.engine.execution_state import ExecutionDeps
 from art.engine.run import HISTORY_LIMIT, Run, call_error, pending_suspensions
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.engine.synthesis import SynthesisInput, gather_sources, incomplete_answer, synthesize
-from art.errors import ModelError, PlanError, RunErrorCode
+from art.errors import ModelError, PlanError, RunErrorCode, StorageError
 from art.observe.events import HookVeto
 from art.responses import (
     AgentFinalResponse,
@@ -103,6 +104,12 @@ async def drive(
             await asyncio.shield(run.log.finish())
         raise
     except Exception as exc:
+        if (lost := _storage_error(exc)) is not None:
+            # The storage stopped answering (past the retries of a step's record): the
+            # run stays as a crash leaves it, and the same query continues it.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(run.log.finish())
+            raise lost from exc
         log.exception("run failed inside the engine", run_id=run.context.run_id)
         error = RunError(
             code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
@@ -142,7 +149,9 @@ class ApplyDecisions:
             suspension = by_step.get(step_record.step_id)
             if suspension is not None and not suspension.pending:
                 tool = run.deps.registry.get(suspension.tool_name)
-                rerun = tool is not None and tool.schema.runs_on_approval
+                rerun = tool is not None and (
+                    tool.schema.runs_on_approval or suspension.asks_for_input
+                )
                 apply_decision(step_record, suspension, run_on_approval=rerun)
                 await storage.save_step(record.run_id, step_record)
         remaining = [r.step_id for r in waiting if r.status == "waiting"]
@@ -247,19 +256,21 @@ class Synthesize:
         except (ModelError, HookVeto) as exc:
             return Fail(call_error(exc))
         cut_off = incomplete_answer(result.finish_reason)
+        answer, limit = result.content, run.context.config.max_answer_chars
+        if len(answer) > limit:
+            answer = truncate(answer, limit)
+            cut_off = f"the answer was cut to {limit} characters (max_answer_chars)"
         complete = outcome.status == "completed" and cut_off is None
         status: RunStatusName = "success" if complete else "partial"
         record.status = "completed" if complete else "partial"
-        record.answer = result.content
+        record.answer = answer
         record.error = (
             RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off)
             if cut_off
             else outcome.error  # e.g. why replanning failed
         )
         run.sync_counters()
-        response = build_response(
-            run, status, result.content, error=record.error, answered_by=result
-        )
+        response = build_response(run, status, answer, error=record.error, answered_by=result)
         question = ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
         # The run's end and its exchange in one write: a crash keeps both or neither.
         await deps.storage.finish_run(record, [question, response.response])
@@ -423,6 +434,17 @@ def _log_summary(response: AgentFinalResponse) -> None:
         duration_ms=round(meta.total_duration_ms, 1),
         error=meta.error.code if meta.error is not None else None,
     )
+
+
+def _storage_error(exc: BaseException) -> StorageError | None:
+    """The StorageError that ended a run, looking inside exception groups (its steps')."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _storage_error(inner)) is not None:
+                return found
+    return None
 
 
 def _unwrap(exc: BaseException) -> str:

@@ -9,7 +9,9 @@ then applies it to the step without running the tool again:
 - approved: the step completes; its output is the decision
   (`{"approved": True, "reason": ..., "modified_args": ...}`, `reason` and
   `modified_args` null when not given); a tool with `blocking_config={"run_on_approval":
-  True}` instead runs again with the approved arguments and its output is the step's;
+  True}` instead runs again with the approved arguments and its output is the step's,
+  and so does a tool that suspended to ask for input mid-call (`ASKS_FOR_INPUT`), with
+  its own arguments and the decision's `modified_args` as `decision["answer"]`;
 - rejected: the step fails with the reason; its dependents are skipped, and the
   synthesis prompt says the reviewer rejected it.
 
@@ -28,7 +30,7 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError
 
 from art.core.models import ArtModel
-from art.core.serialization import safe_stringify
+from art.core.serialization import safe_stringify, storable_problem
 from art.errors import RunErrorCode, SuspensionError, ToolErrorCode
 from art.responses import StepRecord, utcnow
 from art.storage.contract import Suspension
@@ -77,17 +79,25 @@ class SuspendedState(ArtModel):
 def parse_decision(decision: Decision | Mapping[str, Any] | bool) -> Decision:
     """`decision` as a Decision; raises SuspensionError (INVALID_DECISION) when malformed."""
     if isinstance(decision, Decision):
-        return decision
-    if isinstance(decision, bool):
+        parsed = decision
+    elif isinstance(decision, bool):
         return Decision(approved=decision)
-    try:
-        return Decision.model_validate(decision)
-    except ValidationError as exc:
-        raise SuspensionError(
-            'a decision is {"approved": true|false, "reason": "...", "modified_args": {...}}; '
-            f"got {safe_stringify(decision, max_length=200)} ({exc.error_count()} problem(s))",
-            code=INVALID_DECISION,
-        ) from None
+    else:
+        try:
+            parsed = Decision.model_validate(decision)
+        except ValidationError as exc:
+            raise SuspensionError(
+                'a decision is {"approved": true|false, "reason": "...", '
+                '"modified_args": {...}}; got '
+                f"{safe_stringify(decision, max_length=200)} ({exc.error_count()} problem(s))",
+                code=INVALID_DECISION,
+            ) from None
+    # Refused before it is stored: a decision storage could not read back would leave
+    # the thread unreadable.
+    problem = storable_problem(parsed.model_dump())
+    if problem is not None:
+        raise SuspensionError(f"the decision {problem}", code=INVALID_DECISION)
+    return parsed
 
 
 def apply_decision(
@@ -114,8 +124,13 @@ def apply_decision(
         record.reason = None
         record.result = None
         record.ended_at = None
-        record.args = {**suspension.args, **(decision.modified_args or {})}
+        # A tool that asked for input runs with its own arguments: the answer is the
+        # decision's `modified_args`, which it reads from the decision.
+        extra = {} if suspension.asks_for_input else decision.modified_args or {}
+        record.args = {**suspension.args, **extra}
         record.decision = {**output, "suspension_id": suspension.suspension_id}
+        if suspension.asks_for_input:
+            record.decision["answer"] = decision.modified_args or {}
         return record
     if decision.approved:
         record.status = "completed"

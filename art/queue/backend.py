@@ -47,7 +47,9 @@ def open_backend(storage: StorageAdapter, config: QueueConfig) -> QueueBackend:
     if type(storage).__name__ == "PostgresStorage":  # importing it needs psycopg
         from art.queue.postgres import ProcrastinateQueue
 
-        return ProcrastinateQueue(storage.url, config)
+        return ProcrastinateQueue(
+            storage.url, config, connect_timeout_s=getattr(storage, "connect_timeout_s", None)
+        )
     raise ConfigurationError(
         f"queued runs need SQLite, PostgreSQL or memory storage, not {type(storage).__name__}"
     )

@@ -15,7 +15,7 @@ from art.core.log import get_logger
 
 if TYPE_CHECKING:
     from art.config import ProcessOptions, QueueConfig
-    from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats
+    from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueuedRun, QueueStats
     from art.queue.metrics import QueueMetrics
     from art.responses import AgentFinalResponse
     from art.storage.contract import StorageAdapter
@@ -123,6 +123,27 @@ class QueueBackend(ABC):
     @abstractmethod
     async def delete_finished(self, older_than_s: float) -> int:
         """Delete this queue's jobs that ended more than `older_than_s` ago; how many."""
+
+    @abstractmethod
+    async def runs(
+        self, *, states: set[str] | None = None, thread_id: str | None = None, limit: int = 100
+    ) -> list[QueuedRun]:
+        """This queue's runs in `states` (see `QueuedRunState`), newest first, with their
+        attempts."""
+
+    @abstractmethod
+    async def retry(self, run_id: str) -> bool:
+        """Put a dead-lettered run's job back in the queue, to run alone, its worker deaths
+        forgotten; False if its job is not dead-lettered (its stored run is reopened by the
+        caller first)."""
+
+    @abstractmethod
+    async def discard(self, run_id: str) -> bool:
+        """Delete a dead-lettered run's job (the run stays `failed` in storage)."""
+
+    @abstractmethod
+    async def settle(self, run_id: str, worker_id: int, state: JobState) -> None:
+        """End a job that taking over gave `worker_id` to end (its run's end is stored)."""
 
     @abstractmethod
     def worker(

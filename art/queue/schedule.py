@@ -94,12 +94,12 @@ async def run_schedules(queue: RunQueue, schedules: Sequence[Schedule]) -> None:
         upcoming[index] = (schedule.after(fire), index)
 
 
-def _croniter() -> Any:  # croniter's class; the package ships no type hints
+def _croniter() -> Any:
     try:
-        from croniter import croniter  # type: ignore[import-untyped]  # no type hints
+        # croniter ships no type information (and no stubs package is pinned)
+        from croniter import croniter  # type: ignore[import-untyped]
     except ImportError:
         raise ConfigurationError(
             'scheduled runs need croniter (in the queue extra: pip install "art-pes[queue]")'
         ) from None
-    result: type = croniter
-    return result
+    return croniter

@@ -18,7 +18,7 @@ from art.config import ArtInstanceConfig
 from art.core.redaction import redact, secrets_from_params
 from art.errors import ConfigurationError
 from art.instance import ArtInstance
-from art.server import agui, openai
+from art.server import agui, openai, queue
 from art.server.api import router
 from art.server.context import ServerContext
 from art.server.feed import EventFeed
@@ -95,6 +95,7 @@ def create_app(
         finally:
             await context.runs.shutdown(settings.grace_s)
             await webhooks.aclose(settings.grace_s)
+            await queue.close_queue(app.state)
             await instance.aclose()  # closes the storage when the instance opened it
 
     app = FastAPI(
@@ -122,6 +123,7 @@ def create_app(
     app.include_router(router, dependencies=keys)
     app.include_router(agui.router, dependencies=keys)
     app.include_router(openai.router, dependencies=keys)
+    app.include_router(queue.router, dependencies=keys)
     _add_inspector(app)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=keys)

@@ -3,10 +3,12 @@ same fixed-width UTC text, metadata merged and searched alike, thread cursors re
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
 from art.core.redaction import current_secrets
@@ -16,6 +18,7 @@ __all__ = [
     "as_utc",
     "dump_json",
     "load_json",
+    "load_json_as",
     "merge_metadata",
     "metadata_matches",
     "thread_cursor",
@@ -23,6 +26,7 @@ __all__ = [
 ]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
 
 
 def _json_fallback(value: Any) -> Any:
@@ -58,7 +62,30 @@ def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
 
 
 def load_json(model_type: type[ModelT], text: str | bytes) -> ModelT:
-    return model_type.model_validate_json(text)
+    """The record stored as `text` (see `load_json_as`)."""
+    return _read(model_type.model_validate_json, model_type.model_validate, text)
+
+
+def load_json_as(adapter: TypeAdapter[T], text: str | bytes) -> T:
+    """The value stored as `text`. JSON nested deeper than pydantic's parser reads (200
+    levels; the doors refuse such data, but older versions stored it) is parsed by the
+    standard library instead, so no stored thread is unreadable."""
+    return _read(adapter.validate_json, adapter.validate_python, text)
+
+
+def _read(
+    from_json: Callable[[str | bytes], T], from_data: Callable[[Any], T], text: str | bytes
+) -> T:
+    try:
+        return from_json(text)
+    except ValidationError as exc:
+        if not any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            raise exc from None
+        return from_data(data)
 
 
 def as_utc(moment: datetime) -> datetime:

@@ -83,6 +83,10 @@ class Suspension(ArtModel):
     args: JsonDict = Field(default_factory=dict)
     # What the tool returned with its suspended result: the question for the human.
     prompt: JsonData = None
+    # The tool asked for input in the middle of a call (an MCP elicitation): an approval
+    # runs it again with its own arguments and the decision's `modified_args` as
+    # `ExecutionContext.decision["answer"]`; see `art.tooling.contract.ASKS_FOR_INPUT`.
+    asks_for_input: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     decision: dict[str, Any] | None = None
     decided_at: datetime | None = None

@@ -13,11 +13,13 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from art.config import STORAGE_ENV
+from art.core.redaction import redact
 from art.errors import ConfigurationError
 from art.storage.codec import (
     as_utc,
     dump_json,
     load_json,
+    load_json_as,
     merge_metadata,
     metadata_matches,
     thread_cursor,
@@ -32,6 +34,7 @@ __all__ = [
     "default_sqlite_path",
     "dump_json",
     "load_json",
+    "load_json_as",
     "merge_metadata",
     "metadata_matches",
     "open_storage",
@@ -94,7 +97,7 @@ def open_storage(target: StorageAdapter | str | os.PathLike[str] | None = None) 
         return PostgresStorage(url)
     accepted = ", ".join(ACCEPTED_URLS)
     raise ConfigurationError(
-        f"unknown storage URL {url!r}: expected a StorageAdapter or one of {accepted} "
+        f"unknown storage URL {redact(url)!r}: expected a StorageAdapter or one of {accepted} "
         "(postgres:// also works)"
     )
 

@@ -90,6 +90,46 @@ def test_ask_watch_approve_and_read_the_answer_in_the_inspector(
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
 
 
+def test_the_inspector_answers_an_mcp_servers_question(
+    scripted_model: Any, page: Any, tmp_path: Path
+) -> None:
+    """server-everything's elicitation suspends the run; the page shows the question and
+    a box prefilled with the form's defaults, and the answer typed there reaches the server."""
+    from mcp_fixtures import everything_server
+
+    from art.server import create_app, serve_in_thread
+
+    plan = {"steps": [{"id": "s1", "tool": "everything__trigger_elicitation_request"}]}
+    model = scripted_model(planning=plan, synthesis="Thanks, Ada.")
+    app = create_app(
+        model=model.model,
+        storage="memory://",
+        mcp_servers={"everything": everything_server()},
+        settings=ServerSettings(poll_interval_s=0.1),
+    )
+    with serve_in_thread(app) as url:
+        page.goto(f"{url}/")
+        page.fill("#thread-id", "t-elicit")
+        page.fill("#query", "Ask me something")
+        page.click("#ask")
+        form = page.wait_for_selector("form.approval[data-step-id=s1]")
+        text = form.inner_text()
+        assert "Please provide inputs for the following fields:" in text
+        assert "Answer (the form's fields, as JSON)" in text
+        prefilled = page.input_value("form.approval textarea[name=args]")
+        assert '"integer": 42' in prefilled  # the form's defaults
+        page.screenshot(path=tmp_path / "elicitation.png", full_page=True)
+        page.fill("form.approval textarea[name=args]", '{"name": "Ada", "integer": 7}')
+        page.click("form.approval button[data-action=approve]")
+        page.wait_for_selector("#answer-text[data-complete=true]")
+        with httpx.Client(base_url=url) as client:
+            [run] = client.get("/threads/t-elicit/runs").json()
+        page.goto("about:blank")  # closes the page's event stream, so the server can stop
+    assert run["status"] == "completed"
+    output = run["steps"]["s1"]["result"]["output"]
+    assert '"name": "Ada"' in output and '"integer": 7' in output
+
+
 def test_a_server_with_keys_asks_the_page_for_one(
     make_server: Any, page: Any, page_errors: list[str], tmp_path: Path
 ) -> None:

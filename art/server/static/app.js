@@ -124,7 +124,7 @@ function openThread(threadId, runId) {
 // -- events ----------------------------------------------------------------------------------
 function liveOf(runId) {
   return (state.live[runId] ||= {
-    statuses: {}, tools: {}, answer: "", usage: null, cost: 0, status: null, tookMs: 0, startedAt: null,
+    statuses: Object.create(null), tools: Object.create(null), answer: "", usage: null, cost: 0, status: null, tookMs: 0, startedAt: null,
   });
 }
 
@@ -139,7 +139,7 @@ function onEvent(event) {
       break;
     case "plan:created":
     case "plan:updated":
-      live.statuses = {};
+      live.statuses = Object.create(null);
       refreshRun(event.runId);
       break;
     case "step:status":
@@ -147,7 +147,7 @@ function onEvent(event) {
       if (data.status !== "in_progress") refreshRun(event.runId);
       break;
     case "tool:update": {
-      const calls = (live.tools[data.step_id] ||= {});
+      const calls = (live.tools[data.step_id] ||= Object.create(null));
       const call = (calls[data.call_id] ||= { callId: data.call_id, tool: data.tool, stages: [] });
       if (data.args) call.args = data.args;
       call.stages.push({ stage: data.stage, at: event.timestamp, title: data.title, status: data.status,
@@ -200,11 +200,12 @@ async function ask(threadId, query) {
   }, { action: true });
 }
 
-async function decide(suspension, approved, form) {
+async function decide(suspension, approved, form, answers = false) {
   const reason = form.querySelector("textarea[name=reason]").value.trim() || null;
   const text = form.querySelector("textarea[name=args]").value.trim();
   let modified = null;
-  if (text && text !== JSON.stringify(suspension.args, null, 2)) {
+  // An answer to a tool's question is sent as it stands; arguments only when changed.
+  if (text && (answers || text !== JSON.stringify(suspension.args, null, 2))) {
     try {
       modified = JSON.parse(text);
     } catch {
@@ -381,8 +382,13 @@ function statusOfRun(run) {
   return run.status;
 }
 
+// A run's stored record of step `id`, never a property every object has ("toString").
+function ownStep(run, id) {
+  return run.steps && Object.hasOwn(run.steps, id) ? run.steps[id] : undefined;
+}
+
 function stepStatus(run, live, id) {
-  return live.statuses[id]?.status || run.steps?.[id]?.status || "pending";
+  return live.statuses[id]?.status || ownStep(run, id)?.status || "pending";
 }
 
 function renderRunHead(run, live) {
@@ -435,7 +441,7 @@ function renderStep(run, live) {
     panel.replaceChildren(h("h2", {}, "Step"), h("p", { class: "empty" }, "Click a step of the plan."));
     return;
   }
-  const record = run.steps?.[id] || {};
+  const record = ownStep(run, id) || {};
   const status = stepStatus(run, live, id);
   const result = record.result || {};
   const calls = Object.values(live.tools[id] || {});
@@ -487,19 +493,29 @@ function renderApprovals(run) {
   }
 }
 
+// The fields an MCP server's elicitation asks for, with the defaults its form gives.
+function elicitationDefaults(elicitation) {
+  const fields = Object.entries(elicitation.requestedSchema?.properties || {});
+  return Object.fromEntries(fields.filter(([, f]) => f && "default" in f).map(([k, f]) => [k, f.default]));
+}
+
 function approvalForm(s) {
   const prompt = s.prompt && typeof s.prompt === "object" ? s.prompt : { question: s.prompt };
+  // A tool that asked a question mid-call (an MCP elicitation): the box holds the answer.
+  const asks = prompt.elicitation && typeof prompt.elicitation === "object" ? prompt.elicitation : null;
   const form = h("form", { class: "approval", "data-suspension-id": s.suspensionId, "data-step-id": s.stepId,
     onsubmit: (e) => e.preventDefault() },
   h("p", { class: "question" }, h("b", {}, `${s.stepId} · ${s.toolName}: `), String(prompt.question ?? "Approve this step?")),
   prompt.options ? h("p", {}, `Options: ${prompt.options.join(", ")}`) : null,
+  asks?.url ? h("p", {}, "Open: ", h("a", { href: asks.url, target: "_blank", rel: "noopener" }, asks.url)) : null,
   h("label", {}, "Reason", h("textarea", { name: "reason", rows: 2, placeholder: "Why (given to the agent)" })),
-  h("label", {}, "Arguments (edit to change them)", h("textarea", { name: "args", rows: 4, class: "code" },
-    JSON.stringify(s.args, null, 2))),
+  h("label", {}, asks ? "Answer (the form's fields, as JSON)" : "Arguments (edit to change them)",
+    h("textarea", { name: "args", rows: 4, class: "code" },
+      JSON.stringify(asks ? elicitationDefaults(asks) : s.args, null, 2))),
   h("p", { class: "form-error" }),
   h("div", { class: "buttons" },
-    h("button", { type: "button", class: "approve", "data-action": "approve", onclick: () => decide(s, true, form) }, "Approve"),
-    h("button", { type: "button", class: "reject", "data-action": "reject", onclick: () => decide(s, false, form) }, "Reject")));
+    h("button", { type: "button", class: "approve", "data-action": "approve", onclick: () => decide(s, true, form, !!asks) }, "Approve"),
+    h("button", { type: "button", class: "reject", "data-action": "reject", onclick: () => decide(s, false, form, !!asks) }, "Reject")));
   return form;
 }
 
