@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from art.instance import ArtInstance
     from art.observe.events import Event
+    from art.planning.plans import Plan
     from art.responses import AgentFinalResponse, StepRecord
     from art.storage.contract import StorageAdapter
 
@@ -138,6 +139,14 @@ NewThreadOption = Annotated[
         metavar="THREAD",
         help="Thread id (default: a new one).",
         show_default=False,
+    ),
+]
+FullOption = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Show every step's arguments and description whole in the tree "
+        "(by default they are cut to fit one line).",
     ),
 ]
 ThreadArgument = Annotated[
@@ -330,6 +339,7 @@ def run(
             show_default=False,
         ),
     ] = None,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
@@ -345,7 +355,7 @@ def run(
     if metadata:
         options["metadata"] = _key_values(metadata, "--metadata")
     launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
-    _exit(_guard(out, lambda: _run(out, query, thread_id, launch, options)))
+    _exit(_guard(out, lambda: _run(out, query, thread_id, launch, options, full=full)))
 
 
 @app.command()
@@ -367,6 +377,7 @@ def plan(
     api_key_env: ApiKeyEnvOption = None,
     timeout: TimeoutOption = None,
     mermaid: Annotated[bool, typer.Option("--mermaid", help="Print a Mermaid graph.")] = False,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Print the plan for QUERY without running anything."""
@@ -380,11 +391,11 @@ def plan(
         async with launch.instance() as inst:
             result = await inst.aplan(query, thread)
         if json_output:
-            out.emit_json(result.to_wire())
+            out.emit_json(_wire_with_dependencies(result))
         elif mermaid:
             sys.stdout.write(result.to_mermaid().rstrip("\n") + "\n")
         else:
-            out.console.print(plan_tree(result.to_wire(), {}, show_status=False))
+            out.console.print(plan_tree(result.to_wire(), {}, show_status=False, full=full))
         return EXIT_OK
 
     _exit(_guard(out, make_plan))
@@ -411,6 +422,7 @@ def resume(
     api_base: ApiBaseOption = None,
     api_key_env: ApiKeyEnvOption = None,
     timeout: TimeoutOption = None,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Decide a suspended step (human in the loop) and finish the run."""
@@ -422,7 +434,8 @@ def resume(
 
     async def do_resume() -> int:
         async with launch.instance() as inst:
-            view = RunView(thread_id=thread_id)
+            view = RunView(thread_id=thread_id, full=full)
+            view.phase = "executing"  # a resume does not plan
             await _seed_view(inst, view, thread_id)
             if approve:
                 view.approved |= {
@@ -584,10 +597,16 @@ def main() -> None:
 
 # -- running and resuming ---------------------------------------------------------------
 async def _run(
-    out: Output, query: str, thread_id: str, launch: Launch, options: dict[str, Any]
+    out: Output,
+    query: str,
+    thread_id: str,
+    launch: Launch,
+    options: dict[str, Any],
+    *,
+    full: bool = False,
 ) -> int:
     async with launch.instance() as inst:
-        view = RunView(thread_id=thread_id, query=query)
+        view = RunView(thread_id=thread_id, query=query, full=full)
         response = await _live(out, view, inst.stream(query, thread_id, options))
         return await _finish(out, inst, view, response, launch)
 
@@ -932,13 +951,18 @@ def load_tools(specs: Iterable[str]) -> list[Any]:
 
 def load_model(spec: str) -> str:
     """The litellm model name `spec` stands for: `path/to/file.py:ATTR` or `module:ATTR`
-    (an importable module) names a model object defined there (a `ScriptedModel`, or
-    anything with a `model` name) or a string; any other value is a litellm model name
-    already."""
+    names a model object defined there (a `ScriptedModel`, or anything with a `model`
+    name) or a string; any other value is a litellm model name already."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not (target.endswith(".py") or _names_a_module(target, attr)):
         return spec
-    value = getattr(_import_target(target, spec, "--model"), attr, None)
+    module = _import_target(target, spec, "--model")
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise CliError(
+            "CONFIG_ERROR", f"--model {spec!r}: {target} has no attribute {attr!r}", EXIT_USAGE
+        ) from None
     name = value if isinstance(value, str) else getattr(value, "model", None)
     if not isinstance(name, str):
         raise CliError(
@@ -971,15 +995,11 @@ def load_instance(spec: str) -> ArtInstance:
 
 
 def _names_a_module(target: str, attr: str) -> bool:
-    """Whether `target:attr` is an importable module's attribute rather than a model
-    name holding a colon (`ollama/llama3:8b`)."""
-    if not attr.isidentifier() or not all(part.isidentifier() for part in target.split(".")):
-        return False
-    _working_directory_importable()
-    try:
-        return importlib.util.find_spec(target) is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether `target:attr` reads as a module's attribute (`pkg.module:NAME`) rather than
+    a litellm model name holding a colon (`ollama/llama3:8b`, `openai/ft:gpt-4o:org::id`).
+    No model litellm knows has the first shape, so a typo in a module name is reported
+    as one instead of reaching a provider."""
+    return attr.isidentifier() and all(part.isidentifier() for part in target.split("."))
 
 
 def _working_directory_importable() -> None:
@@ -1123,9 +1143,10 @@ class StepView:
 class RunView:
     """A run's state built from its events, rendered as a rich tree (a live renderable)."""
 
-    def __init__(self, *, thread_id: str, query: str | None = None) -> None:
+    def __init__(self, *, thread_id: str, query: str | None = None, full: bool = False) -> None:
         self.thread_id = thread_id
         self.query = query
+        self.full = full  # arguments and descriptions whole, not cut to one line
         self.plan: dict[str, Any] | None = None
         self.steps: dict[str, StepView] = {}
         self.phase = "planning"
@@ -1230,12 +1251,12 @@ class RunView:
 
         parts: list[RenderableType] = []
         if self.plan is None:
-            if not self.finished:
+            if not self.finished and self.phase == "planning":
                 if self._spinner is None:
                     self._spinner = Spinner("dots", text=Text("Planning…", style="bold"))
                 parts.append(self._spinner)
         else:
-            parts.append(plan_tree(self.plan, self.steps, live=not self.finished))
+            parts.append(plan_tree(self.plan, self.steps, live=not self.finished, full=self.full))
         if not self.finished and self.phase == "synthesizing":
             preview = "".join(self.answer_chunks).strip().splitlines()[-3:]
             text = Text("Writing the answer…", style="bold")
@@ -1251,9 +1272,11 @@ def plan_tree(
     *,
     live: bool = False,
     show_status: bool = True,
+    full: bool = False,
 ) -> Tree:
     """The plan as a rich Tree: one node per step with its tool, arguments and dependencies
-    (references included), and, with `show_status`, its status and duration."""
+    (references included), and, with `show_status`, its status and duration. Arguments
+    and descriptions are cut to one short line unless `full`."""
     from rich.spinner import Spinner
     from rich.text import Text
     from rich.tree import Tree
@@ -1274,7 +1297,7 @@ def plan_tree(
         label.append(f"{step.id} ", style="bold")
         label.append(step.tool or "reasoning", style="cyan" if step.tool else "blue italic")
         if step.args:
-            label.append("  " + _compact(step.args, 60))
+            label.append("  " + (_compact(step.args, None) if full else _compact(step.args, 60)))
         depends = sorted(step.all_dependencies)
         if depends:
             label.append("  ← " + ", ".join(depends), style="dim")
@@ -1292,7 +1315,8 @@ def plan_tree(
         else:
             node = root.add(label)
         if step.description:
-            node.add(Text(_one_line(step.description, 100), style="dim"))
+            description = step.description if full else _one_line(step.description, 100)
+            node.add(Text(description, style="dim"))
         if show_status and state.note and state.status == "in_progress":
             node.add(Text(_one_line(state.note, 100), style="yellow"))
     return root
@@ -1482,6 +1506,15 @@ def _event_details(event: Any) -> Text:
 
 
 # -- small helpers ----------------------------------------------------------------------
+def _wire_with_dependencies(plan: Plan) -> dict[str, Any]:
+    """The plan's wire form with each step's `dependsOn` listing the steps its references
+    imply too, as the tree, Mermaid and snapshots show them (it reads back the same DAG)."""
+    wire = plan.to_wire()
+    for step, shown in zip(plan.steps, wire["steps"], strict=True):
+        shown["dependsOn"] = step.all_dependencies
+    return wire
+
+
 # A stored run's status in the words a response uses (`success`, `error`).
 _RUN_STATUS_WORDS = {"completed": "success", "failed": "error"}
 
@@ -1496,12 +1529,12 @@ def _status_text(status: str) -> Text:
     return Text(status, style=_RUN_STATUS_STYLE.get(status, "default"))
 
 
-def _compact(value: Any, limit: int) -> str:
+def _compact(value: Any, limit: int | None) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
     except (TypeError, ValueError):
         text = repr(value)
-    return _one_line(text, limit)
+    return text if limit is None else _one_line(text, limit)
 
 
 def _one_line(text: str, limit: int) -> str:
