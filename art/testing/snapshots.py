@@ -6,14 +6,16 @@ and the Mermaid graph, so a changed plan shows up in review as a readable diff.
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from art.planning.plans import Plan
 
-__all__ = ["PlanSnapshotExtension", "render_plan_text"]
+__all__ = ["PlanSnapshotExtension", "plan_text_diff", "render_plan_text"]
 
 
 def render_plan_text(plan: Plan) -> str:
@@ -41,6 +43,38 @@ def render_plan_text(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def plan_text_diff(snapshot: str, received: str) -> Iterator[str]:
+    """Every changed line of two rendered plans, under the heading of its section.
+
+    Only changed lines and their headings (`## s2 · order_total`, ```` ```mermaid ````) are
+    shown, so a diff of several changes fits pytest's default assertion output, and an
+    added argument says which step it belongs to.
+    """
+    old, new = snapshot.splitlines(), received.splitlines()
+    shown_heading: str | None = None
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        heading = _heading(new, j1) if j1 < len(new) or not old else _heading(old, i1)
+        changed = {*old[i1:i2], *new[j1:j2]}
+        if heading is not None and heading != shown_heading and heading not in changed:
+            yield f"  {heading}"
+        shown_heading = heading
+        yield from (f"- {line}" for line in old[i1:i2])
+        yield from (f"+ {line}" for line in new[j1:j2])
+        if new[j1:j2]:
+            shown_heading = _heading(new, j2 - 1)
+
+
+def _heading(lines: list[str], index: int) -> str | None:
+    """The section heading (`# title`, `## step`, ```` ```mermaid ````) line `index` is under."""
+    for line in reversed(lines[: index + 1]):
+        if line.startswith("#") or line == "```mermaid":
+            return line
+    return None
+
+
 def _as_plan(data: Any) -> Plan:
     if isinstance(data, Plan):
         return data
@@ -59,3 +93,6 @@ class PlanSnapshotExtension(SingleFileSnapshotExtension):
 
     def serialize(self, data: Any, **kwargs: Any) -> str:
         return render_plan_text(_as_plan(data))
+
+    def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
+        yield from plan_text_diff(str(snapshot_data), str(serialized_data))
