@@ -322,13 +322,50 @@ _LOOSE_STRING_CHAR = r'char ::= [^"\\] '
 _JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
 
 
+@functools.cache
+def _converter_class() -> type:
+    """llama.cpp's JSON-schema converter, reading `prefixItems` as JSON Schema means it.
+
+    Its own converter writes every item of `prefixItems`; with `items: false` and fewer
+    `minItems`, any prefix of them is valid (the planner's positional plan schema:
+    steps s1, s2, ... each referencing earlier steps only).
+    """
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    class Converter(SchemaConverter):  # type: ignore[misc]  # llama_cpp is untyped
+        def visit(self, schema: Any, name: str) -> Any:
+            items = schema.get("prefixItems") if isinstance(schema, dict) else None
+            if not (isinstance(items, list) and items and schema.get("items") is False):
+                return super().visit(schema, name)
+            prefix = f"{name}{'-' if name else ''}tuple"
+            rules = [self.visit(item, f"{prefix}-{i}") for i, item in enumerate(items)]
+            required = min(schema.get("minItems", 0), len(rules))
+            tail = ""
+            for index in reversed(range(len(rules))):
+                piece = ('"," space ' if index else "") + rules[index] + tail
+                tail = f" {piece}" if index < required else f" ({piece})?"
+            return self._add_rule(name or "root", '"[" space' + tail + ' "]" space')
+
+    return Converter
+
+
+def _schema_to_gbnf(schema_json: str) -> str:
+    schema = json.loads(schema_json)
+    converter = _converter_class()(
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+    converter.visit(converter.resolve_refs(schema, "stdin"), "")
+    rules: str = converter.format_grammar()
+    return rules
+
+
 @functools.lru_cache(maxsize=64)
 def _grammar_for(schema_json: str | None) -> Any:
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
     if schema_json is not None:
         try:
-            rules = json_schema_to_gbnf(schema_json)
+            rules = _schema_to_gbnf(schema_json)
         except Exception as exc:  # llama.cpp's converter rejects some schema features
             log.warning(
                 "schema not convertible to a grammar; constraining to any JSON", error=str(exc)

@@ -1580,3 +1580,8 @@ def _when(moment: datetime | None) -> str:
 from art.queue.cli import register_queue_commands  # noqa: E402
 
 register_queue_commands(app)
+
+# `art eval` (art/cli/eval.py).
+from art.cli.eval import register_eval_command  # noqa: E402
+
+register_eval_command(app)
