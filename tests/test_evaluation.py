@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import art
 from art.cli.app import EXIT_ERROR, EXIT_OK, EXIT_USAGE, app, load_tools
-from art.evaluation import DatasetError, aevaluate_case, answer_holds_values
+from art.evaluation import DatasetError, answer_holds_values
 from art.testing.snapshots import render_plan_text
 
 pytest_plugins = ["pytester"]

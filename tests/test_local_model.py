@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import litellm
