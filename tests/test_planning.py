@@ -798,7 +798,7 @@ def test_a_request_of_two_questions_is_demonstrated_with_a_step_each(tmp_path):
     )
     request, plan = two[-2]["content"], json.loads(two[-1]["content"])
     assert request.endswith(
-        "\nQuestions:\n1. What is the average of 2, 4 and 9?\n2. What is 12 times 7, plus 5?"
+        "\nSteps:\ns1: What is the average of 2, 4 and 9?\ns2: What is 12 times 7, plus 5?"
     )
     assert [step["id"] for step in plan["steps"]] == ["s1", "s2"]
     # Each step is described by its own question, which leads to its arguments.
@@ -824,8 +824,8 @@ def test_a_request_is_listed_as_its_questions(request_text, asked):
 
     assert questions(request_text) == asked
     messages = render_planning_messages(request_text, ToolRegistry(), [], None, now=NOW)
-    listed = "".join(f"\n{n}. {q}" for n, q in enumerate(asked, 1))
-    expected = f"Request: {request_text}" + (f"\nQuestions:{listed}" if len(asked) > 1 else "")
+    listed = "".join(f"\ns{n}: {q}" for n, q in enumerate(asked, 1))
+    expected = f"Request: {request_text}" + (f"\nSteps:{listed}" if len(asked) > 1 else "")
     assert messages[-1]["content"] == expected
 
 

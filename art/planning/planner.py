@@ -528,13 +528,14 @@ def _asks_several(query: str) -> bool:
 
 
 def _request_text(request: str) -> str:
-    """The request as the planner reads it: several questions are listed, one a line,
-    so that a small model writes one step per line."""
+    """The request as the planner reads it: several questions are listed one a line,
+    each after the id of the step that answers it, so that a small model writes one
+    step per question (after `"id":"s2","description":"` it copies what follows `s2:`)."""
     asked = questions(request)
     if len(asked) < 2:
         return f"Request: {request}"
-    listed = "\n".join(f"{number}. {question}" for number, question in enumerate(asked, 1))
-    return f"Request: {request}\nQuestions:\n{listed}"
+    listed = "\n".join(f"s{number}: {question}" for number, question in enumerate(asked, 1))
+    return f"Request: {request}\nSteps:\n{listed}"
 
 
 def _demonstration(examples: Sequence[tuple[ToolSchema, ToolExample]]) -> list[dict[str, Any]]:
