@@ -891,6 +891,23 @@ def test_every_plan_the_positional_schema_allows_is_valid(registry):
         assert parse_plan(json.dumps(plan), registry)[1] == []
 
 
+def test_a_positional_schema_with_questions_gives_each_question_its_step(registry):
+    asked = ["What is 17 * 23 + 12?", "What is the square root of 1764?"]
+    schema = plan_json_schema(registry, max_steps=3, descriptions=asked)
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def step(number, description, expression):
+        return {"id": f"s{number}", "description": description, "tool": "calculator",
+                "args": {"expression": expression}, "dependsOn": []}  # fmt: skip
+
+    both = [step(1, asked[0], "17 * 23 + 12"), step(2, asked[1], "sqrt(1764)")]
+    assert validator.is_valid(_plan(*both))
+    assert validator.is_valid(_plan(*both, step(3, "Add them", "{{s1.output}} + 1")))
+    assert not validator.is_valid(_plan(both[0]))  # the second question left out
+    assert not validator.is_valid(_plan(both[0], step(2, asked[0], "17 * 23 + 12")))
+    assert not validator.is_valid(_plan(step(1, asked[1], "sqrt(1764)"), both[1]))
+
+
 @pytest.mark.parametrize("note", ["a < b", "<b>bold</b>", "`code`", 'tab\tquote"', "café"])
 def test_tag_fence_and_escape_characters_inside_a_plan_are_read_as_written(note):
     # Replies without tags, fences or escapes take shortcuts; these must not change a thing.

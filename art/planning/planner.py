@@ -198,6 +198,7 @@ def _step_schema(
     args: dict[str, Any],
     step_id: dict[str, Any] | None = None,
     depends_on: dict[str, Any] | None = None,
+    description: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     # Every key required, in this order: constrained decoders write required keys first,
     # so an optional description would come after the arguments, where small models ramble.
@@ -205,7 +206,7 @@ def _step_schema(
         "type": "object",
         "properties": {
             "id": step_id or {"type": "string"},
-            "description": _label(),
+            "description": description or _label(),
             "tool": tool,
             "args": args,
             "dependsOn": depends_on or {"type": "array", "items": {"type": "string"}},
@@ -222,6 +223,7 @@ def _step_variants(
     *,
     step_id: dict[str, Any] | None = None,
     depends_on: dict[str, Any] | None = None,
+    description: dict[str, Any] | None = None,
     strict: bool = False,
 ) -> dict[str, Any]:
     variants = [
@@ -230,15 +232,20 @@ def _step_variants(
             _arguments_schema(schema.input_schema or {}, steps, path, strict=strict),
             step_id,
             depends_on,
+            description,
         )
         for schema in registry.schemas()
     ]
     reasoning_args = {"const": {}} if strict else {"type": "object"}
-    variants.append(_step_schema({"type": "null"}, reasoning_args, step_id, depends_on))
+    variants.append(
+        _step_schema({"type": "null"}, reasoning_args, step_id, depends_on, description)
+    )
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-def plan_json_schema(registry: ToolRegistry, *, max_steps: int | None = None) -> dict[str, Any]:
+def plan_json_schema(
+    registry: ToolRegistry, *, max_steps: int | None = None, descriptions: Sequence[str] = ()
+) -> dict[str, Any]:
     """The plan schema for the tools in `registry`: one step shape per tool.
 
     A step names a registered tool (or null, a reasoning step) and writes that tool's
@@ -249,8 +256,10 @@ def plan_json_schema(registry: ToolRegistry, *, max_steps: int | None = None) ->
     With `max_steps`, the schema is positional, for decoders that enforce all of it (the
     in-process models' grammars): at most `max_steps` steps with the ids s1, s2, ... in
     order, each depending on and referencing earlier steps only (the whole output, no
-    field path), so every plan it allows passes validation. `PLAN_JSON_SCHEMA` is the
-    shape without the tools.
+    field path), so every plan it allows passes validation. With `descriptions` too (the
+    questions of a request that asks several), the first steps are described by them, one
+    each, in order: the model then writes one step per question. `PLAN_JSON_SCHEMA` is
+    the shape without the tools.
     """
     if max_steps is None:
         steps: dict[str, Any] = {"type": "array", "items": _step_variants(registry)}
@@ -264,6 +273,11 @@ def plan_json_schema(registry: ToolRegistry, *, max_steps: int | None = None) ->
                     "|".join(earlier) or None,
                     "",
                     step_id={"const": f"s{index}"},
+                    description=(
+                        {"const": _clip(descriptions[index - 1], _LABEL_CHARS)}
+                        if index <= len(descriptions)
+                        else None
+                    ),
                     depends_on=(
                         {"type": "array", "items": {"enum": earlier}, "maxItems": len(earlier)}
                         if earlier
@@ -273,7 +287,12 @@ def plan_json_schema(registry: ToolRegistry, *, max_steps: int | None = None) ->
                 )
             )
         # Any prefix of the positions: art.adapters.local turns this into a grammar.
-        steps = {"type": "array", "prefixItems": positions, "items": False, "minItems": 0}
+        steps = {
+            "type": "array",
+            "prefixItems": positions,
+            "items": False,
+            "minItems": min(len(descriptions), max_steps),
+        }
     return {
         "type": "object",
         "properties": {"intent": _label(), "title": _label(), "steps": steps},
@@ -282,10 +301,12 @@ def plan_json_schema(registry: ToolRegistry, *, max_steps: int | None = None) ->
     }
 
 
-def plan_response_format(registry: ToolRegistry, *, max_steps: int | None = None) -> dict[str, Any]:
+def plan_response_format(
+    registry: ToolRegistry, *, max_steps: int | None = None, descriptions: Sequence[str] = ()
+) -> dict[str, Any]:
     """The `response_format` of a planning call over the tools in `registry` (positional
     with `max_steps`, see `plan_json_schema`)."""
-    schema = plan_json_schema(registry, max_steps=max_steps)
+    schema = plan_json_schema(registry, max_steps=max_steps, descriptions=descriptions)
     return {
         "type": "json_schema",
         "json_schema": {"name": "plan", "schema": schema, "strict": False},
@@ -920,17 +941,25 @@ class Planner:
         self._format: tuple[tuple[str, ...], dict[str, Any]] | None = None
         self._window: Any = _UNKNOWN
 
-    def _response_format(self) -> dict[str, Any] | None:
+    def _response_format(self, query: str | None = None) -> dict[str, Any] | None:
+        """The planning call's schema; `query` is given for a first plan (not a replan,
+        whose steps follow finished ones)."""
         if self._structured is None:
             from art.llm.client import supports_response_schema
 
             self._structured = supports_response_schema(self.model)
         if not self._structured:
             return None
+        if query is not None and self.model.startswith(_GRAMMAR_PROVIDERS):
+            asked = questions(query)
+            return plan_response_format(
+                self.registry,
+                max_steps=_GRAMMAR_STEPS,
+                descriptions=asked if len(asked) > 1 else (),
+            )
         tools = tuple(self.registry.names())
         if self._format is None or self._format[0] != tools:
-            max_steps = _GRAMMAR_STEPS if self.model.startswith(_GRAMMAR_PROVIDERS) else None
-            self._format = (tools, plan_response_format(self.registry, max_steps=max_steps))
+            self._format = (tools, plan_response_format(self.registry))
         return self._format[1]
 
     async def plan(
@@ -938,7 +967,7 @@ class Planner:
     ) -> Plan:
         """A valid plan for `query`; raises PlanError (or ModelError from the provider)."""
         messages = self._planning_messages(run, query, history)
-        return await self._plan_and_repair(run, "planning", messages, frozenset())
+        return await self._plan_and_repair(run, "planning", messages, frozenset(), query=query)
 
     async def plan_streamed(
         self,
@@ -950,7 +979,9 @@ class Planner:
         """As `plan`, streaming the reply: each step is handed to `arrivals` as soon as
         its JSON object is complete and valid, and repairs keep the steps handed on."""
         messages = self._planning_messages(run, query, history)
-        return await self._plan_and_repair(run, "planning", messages, frozenset(), arrivals)
+        return await self._plan_and_repair(
+            run, "planning", messages, frozenset(), arrivals, query=query
+        )
 
     def _planning_messages(
         self, run: RunContext, query: str, history: Sequence[ConversationMessage]
@@ -1021,9 +1052,11 @@ class Planner:
         messages: list[dict[str, Any]],
         completed: frozenset[str],
         arrivals: StepArrivals | None = None,
+        *,
+        query: str | None = None,
     ) -> Plan:
         attempts = run.config.max_plan_attempts
-        response_format = self._response_format()
+        response_format = self._response_format(query)
         conversation = messages
         problems: list[str] = []
         for attempt in range(1, attempts + 1):
