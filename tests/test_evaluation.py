@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -324,8 +325,10 @@ def invoke():
 
 @pytest.fixture
 def dataset_file(tmp_path) -> Path:
+    """The dataset in a file, naming its tools by a path relative to itself."""
+    shutil.copy(ROOT / "examples" / "eval" / "shop_tools.py", tmp_path / "eval_shop.py")
     path = tmp_path / "checks.json"
-    path.write_text(json.dumps(DATASET | {"tools": SHOP_TOOLS}))
+    path.write_text(json.dumps(DATASET | {"tools": "eval_shop.py:TOOLS"}))
     return path
 
 

@@ -416,7 +416,7 @@ def test_the_demo_model_plans_every_demo_question_validly_at_the_first_attempt(d
 
     root = Path(__file__).resolve().parent.parent
     dataset = art.load_dataset(root / "examples" / "eval" / "questions.yaml")
-    tools = load_tools([str(root / spec) for spec in dataset.tools])
+    tools = load_tools(dataset.tool_specs())
     with art.create_art_instance(
         model=demo_model,
         tools=tools,

@@ -178,14 +178,15 @@ def _instance(
     guidance: str | None,
     llm_params: dict[str, Any],
 ) -> ArtInstance:
-    """The instance a side runs on: the dataset's tools unless --tools names others,
-    memory storage (each case gets a thread of its own)."""
+    """The instance a side runs on: the dataset's tools (a file named relative to the
+    dataset) unless --tools names others, memory storage (each case gets a thread of
+    its own)."""
     import os
 
     import art
     from art.tools import builtin_tools
 
-    specs = tools or cases.tools
+    specs = tools or cases.tool_specs()
     fields: dict[str, Any] = {
         "tools": load_tools(specs) if specs else list(builtin_tools()),
         "storage": "memory://",

@@ -3,7 +3,7 @@
 A dataset is a YAML or JSON file::
 
     name: shop questions
-    tools: examples/eval/shop_tools.py:TOOLS      # what `art eval` runs with by default
+    tools: shop_tools.py:TOOLS      # what `art eval` runs with by default (next to the file)
     cases:
       - name: price-in-euros
         query: What does one GLOBEX share cost in euros?
@@ -133,6 +133,19 @@ class Dataset(_Strict):
         if isinstance(value, Mapping) and isinstance(value.get("tools"), str):
             return {**value, "tools": [value["tools"]]}
         return value
+
+    def tool_specs(self) -> list[str]:
+        """`tools` with each file path made absolute: a relative one is read next to the
+        dataset file when a file is there (else from the working directory)."""
+        specs = []
+        for spec in self.tools:
+            target, sep, attr = spec.rpartition(":")
+            if sep and self.directory is not None and target.endswith(".py"):
+                beside = self.directory / target
+                if beside.is_file():
+                    spec = f"{beside}:{attr}"
+            specs.append(spec)
+        return specs
 
     @model_validator(mode="after")
     def _unique_names(self) -> Dataset:

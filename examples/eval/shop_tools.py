@@ -1,7 +1,7 @@
 """The tools of the demo question set (examples/eval/questions.yaml): a small shop's
 lookups with fixed data, so every question has one right answer.
 
-    art eval examples/eval/questions.yaml --tools examples/eval/shop_tools.py:TOOLS
+    art eval examples/eval/questions.yaml     # the dataset names these tools
 """
 
 from __future__ import annotations
