@@ -332,11 +332,11 @@ def _converter_class() -> type:
     """
     from llama_cpp.llama_grammar import SchemaConverter
 
-    class Converter(SchemaConverter):  # type: ignore[misc]  # llama_cpp is untyped
+    class Converter(SchemaConverter):
         def visit(self, schema: Any, name: str) -> Any:
             items = schema.get("prefixItems") if isinstance(schema, dict) else None
             if not (isinstance(items, list) and items and schema.get("items") is False):
-                return super().visit(schema, name)
+                return super().visit(schema, name)  # type: ignore[no-untyped-call]  # llama_cpp is untyped
             prefix = f"{name}{'-' if name else ''}tuple"
             rules = [self.visit(item, f"{prefix}-{i}") for i, item in enumerate(items)]
             required = min(schema.get("minItems", 0), len(rules))
@@ -344,7 +344,8 @@ def _converter_class() -> type:
             for index in reversed(range(len(rules))):
                 piece = ('"," space ' if index else "") + rules[index] + tail
                 tail = f" {piece}" if index < required else f" ({piece})?"
-            return self._add_rule(name or "root", '"[" space' + tail + ' "]" space')
+            rule = '"[" space' + tail + ' "]" space'
+            return self._add_rule(name or "root", rule)  # type: ignore[no-untyped-call]  # llama_cpp is untyped
 
     return Converter
 

@@ -146,8 +146,8 @@ def eval_command(
                 ) from None
             sides.append((model, guidance, f" + {compare_prompt.name}"))
         reports: list[EvalReport] = []
-        for side_model, guidance, suffix in sides:
-            async with _instance(cases, side_model, tools, guidance, llm_params) as inst:
+        for side_model, side_guidance, suffix in sides:
+            async with _instance(cases, side_model, tools, side_guidance, llm_params) as inst:
                 label = str(inst.config.model or "") + suffix
                 reports.append(
                     await _evaluate(out, cases, inst, label, plan_only, concurrency, timeout, judge)

@@ -187,7 +187,7 @@ def _parse(text: str, path: Path) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
-        import yaml
+        import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 
         return yaml.safe_load(text)
     except ValueError as exc:  # json.JSONDecodeError and yaml.YAMLError's message
@@ -198,7 +198,8 @@ def _parse(text: str, path: Path) -> Any:
 
 def _problems(error: ValidationError, data: Mapping[str, Any]) -> str:
     """Each problem with the case it is in named (`cases[3] (price-in-euros).expect...`)."""
-    cases = data.get("cases") if isinstance(data.get("cases"), list) else []
+    raw = data.get("cases")
+    cases: list[Any] = raw if isinstance(raw, list) else []
     lines = []
     for item in error.errors():
         location = list(item["loc"])

@@ -236,7 +236,7 @@ def _step_variants(
         )
         for schema in registry.schemas()
     ]
-    reasoning_args = {"const": {}} if strict else {"type": "object"}
+    reasoning_args: dict[str, Any] = {"const": {}} if strict else {"type": "object"}
     variants.append(
         _step_schema({"type": "null"}, reasoning_args, step_id, depends_on, description)
     )
