@@ -428,3 +428,13 @@ def test_the_demo_model_plans_every_demo_question_validly_at_the_first_attempt(d
     invalid = [(r.case, r.error) for r in report.cases if not r.valid_first]
     assert invalid == []
     assert report.totals.cases >= 20
+
+
+def test_a_reply_under_a_grammar_may_be_twice_as_long_as_free_text(demo_model, monkeypatch):
+    messages = [{"role": "user", "content": "hi"}]
+    json_object = {"response_format": {"type": "json_object"}}
+    assert local._chat_arguments(messages, {})["max_tokens"] == local.DEFAULT_MAX_TOKENS
+    assert local._chat_arguments(messages, json_object)["max_tokens"] == 2 * 512
+    monkeypatch.setenv(local.MAX_TOKENS_ENV, "300")
+    assert local._chat_arguments(messages, json_object)["max_tokens"] == 600
+    assert local._chat_arguments(messages, {**json_object, "max_tokens": 50})["max_tokens"] == 50

@@ -884,6 +884,7 @@ def test_every_plan_the_positional_schema_allows_is_valid(registry):
         _plan(step(1, "calculator", {"expression": 5})),
         _plan(step(1, None, {"x": 1})),
         _plan(first, first, first, step(4, "calculator", {"expression": "1"})),  # over max_steps
+        _plan(step(1, "calculator", {"expression": "1" + "0" * 100})),  # a string over 100
     ]
     assert [validator.is_valid(plan) for plan in accepted] == [True] * len(accepted)
     assert [validator.is_valid(plan) for plan in refused] == [False] * len(refused)

@@ -13,8 +13,9 @@ a llama.cpp grammar, so constrained output always parses.
 
 Environment knobs: ``ART_LOCAL_THREADS`` (CPU threads, default 2), ``ART_LOCAL_N_CTX``
 (context window in tokens, default 4096), ``ART_LOCAL_MAX_TOKENS`` (completion cap when the
-caller sets none, default 512: a small unconstrained model can otherwise loop until the
-context is full), ``ART_LOCAL_CACHE_MB`` (RAM for saved prompt states, default 256, 0 off).
+caller sets none, default 512, twice that under a grammar: a small unconstrained model can
+otherwise loop until the context is full), ``ART_LOCAL_CACHE_MB`` (RAM for saved prompt
+states, default 256, 0 off).
 """
 
 from __future__ import annotations
@@ -449,8 +450,11 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
         if optional_params.get(name) is not None
     }
     max_tokens = optional_params.get("max_tokens") or optional_params.get("max_completion_tokens")
-    arguments["max_tokens"] = max_tokens or _env_int(MAX_TOKENS_ENV, DEFAULT_MAX_TOKENS)
     grammar = _grammar(optional_params.get("response_format"))
+    # Under a grammar the reply is JSON the caller needs whole: a plan of six steps can
+    # outgrow the free-text cap, and a reply cut there does not parse. Twice the cap.
+    cap = _env_int(MAX_TOKENS_ENV, DEFAULT_MAX_TOKENS) * (2 if grammar is not None else 1)
+    arguments["max_tokens"] = max_tokens or cap
     if grammar is not None:
         arguments["grammar"] = grammar
     elif not any(name in arguments for name in _PENALTIES):

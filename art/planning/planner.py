@@ -92,6 +92,8 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
 _ANY_STEP = r"[A-Za-z0-9_\-]+"
 _PATH = r"([.][A-Za-z0-9_]+)*"
 _SCALAR_TYPES = frozenset({"number", "integer", "boolean", "null"})
+# The longest plain string argument of a positional (grammar) plan schema.
+_STRICT_STRING_CHARS = 100
 # Keywords of a scalar's schema a constrained decoder can honour.
 _SCALAR_KEYWORDS = ("type", "enum", "const", "minimum", "maximum")
 
@@ -153,8 +155,10 @@ def _typed_value_schema(
         # would need escapes, which small models get wrong).
         text = r'[^{}"\\\x00-\x1F]'
         inline = f"({text}|{_reference(steps, path)})" if steps else text
-        repeat = "+" if schema.get("minLength", 0) else "*"
-        return {"type": "string", "pattern": "^" + inline + repeat + "$"}
+        # Bounded: a small model can repeat one character until its token limit, and a
+        # reply cut there is not a plan.
+        least = 1 if schema.get("minLength", 0) else 0
+        return {"type": "string", "pattern": f"^{inline}{{{least},{_STRICT_STRING_CHARS}}}$"}
     if kind == "array":
         items = schema.get("items")
         shown: dict[str, Any] = {"type": "array"}
