@@ -26,7 +26,13 @@ from art.config import ExecutionConfig, Persona, ProcessOptions
 from art.core.log import get_logger
 from art.core.spans import SpanContext, new_trace_id
 from art.engine.context import RunContext, RunStats
-from art.errors import ConfigurationError, ModelError, RunErrorCode, SuspensionError
+from art.errors import (
+    ConfigurationError,
+    ModelError,
+    RunErrorCode,
+    StorageError,
+    SuspensionError,
+)
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
 from art.observe.tracing import current_traceparent
@@ -61,6 +67,11 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+#: How long a step's record is retried when the storage fails to save it.
+STEP_SAVE_RETRY_S = 60.0
+_FIRST_SAVE_RETRY_S = 0.1
+_MAX_SAVE_RETRY_S = 5.0
 
 #: How many earlier messages of the thread the planner and the synthesis see.
 HISTORY_LIMIT = 20
@@ -196,6 +207,12 @@ class Run:
                 await asyncio.shield(self.log.finish())
             raise
         except Exception as exc:
+            if (lost := _storage_error(exc)) is not None:
+                # The storage stopped answering (past the retries of a step's record): the
+                # run stays as a crash leaves it, and the same query continues it.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.log.finish())
+                raise lost from exc
             log.exception("run failed inside the engine", run_id=self.context.run_id)
             error = RunError(
                 code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
@@ -231,7 +248,31 @@ class Run:
         """Save a step record; once a batch of events has gathered, write the log beside it."""
         if self.log.batch_full:
             self.log.write_soon()
-        return self.deps.storage.save_step(self.context.run_id, step_record)
+        return self._save_step(step_record)
+
+    async def _save_step(self, step_record: StepRecord) -> None:
+        """Save a step record, retrying a storage error (a failover, a restart, a reaped
+        connection) with backoff for up to STEP_SAVE_RETRY_S: a blip costs a retry, not
+        the step. Saving a record is idempotent (the step's latest record wins)."""
+        storage, run_id = self.deps.storage, self.context.run_id
+        deadline = time.monotonic() + STEP_SAVE_RETRY_S
+        delay = _FIRST_SAVE_RETRY_S
+        while True:
+            try:
+                await storage.save_step(run_id, step_record)
+                return
+            except StorageError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "saving a step's record failed: retrying",
+                    run_id=run_id,
+                    step_id=step_record.step_id,
+                    retry_in_s=delay,
+                    error=exc.message,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_SAVE_RETRY_S)
 
     async def plan_created(self, plan: Plan) -> None:
         """Store the planner's plan with the run and emit `plan:created`."""
@@ -471,6 +512,17 @@ async def pending_suspensions(
     """The undecided suspensions of one run."""
     found = await storage.list_suspensions(thread_id, pending_only=True)
     return [s for s in found if s.run_id == run_id]
+
+
+def _storage_error(exc: BaseException) -> StorageError | None:
+    """The StorageError that ended a run, looking inside exception groups (its steps')."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _storage_error(inner)) is not None:
+                return found
+    return None
 
 
 def _unwrap(exc: BaseException) -> str:
