@@ -40,6 +40,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_SUSPENDED = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 app = typer.Typer(
     name="art",
@@ -588,8 +589,38 @@ async def _run(
 ) -> int:
     async with launch.instance() as inst:
         view = RunView(thread_id=thread_id, query=query)
-        response = await _live(out, view, inst.stream(query, thread_id, options))
-        return await _finish(out, inst, view, response, launch)
+        with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+            response = await _live(out, view, inst.stream(query, thread_id, options))
+        code = await _finish(out, inst, view, response, launch)
+        return EXIT_INTERRUPTED if interrupted else code
+
+
+@contextlib.contextmanager
+def _cancel_on_interrupt(out: Output, inst: ArtInstance, thread_id: str) -> Iterator[list[bool]]:
+    """Ctrl-C cancels the run, which ends CANCELLED with what finished stored (the list
+    yielded becomes non-empty); a second Ctrl-C interrupts at once."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    interrupted: list[bool] = []
+
+    def cancel() -> None:
+        interrupted.append(True)
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C is KeyboardInterrupt
+        out.errors.print("[yellow]cancelling the run (Ctrl-C again to quit at once)[/]")
+        inst.cancel(thread_id, "interrupted (Ctrl-C)")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (a thread)
+        yield interrupted
+        return
+    try:
+        yield interrupted
+    finally:
+        if not interrupted:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 async def _resume_events(
@@ -1048,7 +1079,7 @@ def _guarded(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return asyncio.run(body())
     except KeyboardInterrupt:
         out.errors.print("[yellow]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
     except (typer.Exit, typer.Abort, SystemExit):
         raise
     except Exception as exc:

@@ -147,17 +147,24 @@ class PlanExecution:
         log.debug("plan executed", run_id=self.deps.run.run_id, status=outcome.status)
         return outcome
 
-    def cancel(self, reason: str = "cancelled") -> None:
-        """Stop the run: no new steps, running ones cancelled (their tools see it)."""
+    def cancel(self, reason: str = "cancelled") -> bool:
+        """Stop the run: no new steps, running ones cancelled (their tools see it). True
+        when a pass was running and stops by itself; False between passes (a replan),
+        where the caller must cancel the task that waits."""
         state = self.state
         if state.cancelling:
-            return
+            return True
         error = RunError(code=RunErrorCode.CANCELLED, message=reason)
         self.deps.run.cancellation.cancel(reason)
         if self._runner is not None:
             self._runner.stop(Stop.CANCELLED, error)
-        else:
-            state.stop, state.error = Stop.CANCELLED, error
+            return True
+        state.stop, state.error = Stop.CANCELLED, error
+        return False
+
+    def records(self) -> dict[str, StepRecord]:
+        """The step records as they stand (what a run cancelled between passes keeps)."""
+        return {step_id: record.final() for step_id, record in self.state.records.items()}
 
     # -- one pass over the DAG ----------------------------------------------------------
     async def _pass(self, resources: CallResources) -> None:

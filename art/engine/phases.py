@@ -14,6 +14,7 @@ and answer with what it is waiting for or why it failed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -160,6 +161,9 @@ class ExecutePlan:
         run.execution = execution
         try:
             outcome = await execution.run()
+        except asyncio.CancelledError:
+            record.steps = execution.records()  # stopped between passes: keep what finished
+            raise
         finally:
             run.execution = None
         record.steps = outcome.records
@@ -198,6 +202,7 @@ class Synthesize:
             result = await synthesize(run.context, deps.llm, deps.synthesis_model, data)
         except (ModelError, HookVeto) as exc:
             return Fail(call_error(exc))
+        run.ending()
         cut_off = incomplete_answer(result.finish_reason)
         complete = outcome.status == "completed" and cut_off is None
         status: RunStatusName = "success" if complete else "partial"
@@ -225,6 +230,7 @@ class Suspend:
     pending: Sequence[Suspension]
 
     async def run(self, run: Run) -> End:
+        run.ending()
         record, pending = run.state.record, self.pending
         record.status = "suspended"
         run.sync_counters()
@@ -259,6 +265,7 @@ class Fail:
     error: RunError
 
     async def run(self, run: Run) -> End:
+        run.ending()
         error = self.error.model_copy(update={"message": run.deps.llm.redact(self.error.message)})
         record = run.state.record
         record.status = "failed"
