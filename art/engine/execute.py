@@ -25,6 +25,7 @@ from art.engine.policies import failure_policy
 from art.engine.scheduler import Executor, step_dependencies
 from art.engine.steps import CallResources, StepRunner
 from art.errors import ModelError, PlanError, RunErrorCode
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 from art.planning.plans import Plan, Step
 from art.planning.references import resolve_references
@@ -49,6 +50,7 @@ class ExecutionOutcome:
     suspensions: list[Suspension] = field(default_factory=list)
     replans: int = 0
     error: RunError | None = None
+    error_reported: bool = False  # `error` was a step's failure, reported as it happened
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -275,12 +277,14 @@ class PlanExecution:
                 problems=list(exc.problems),
             )
             log.warning("replanning failed; the run goes on without it", error=exc.message)
+            await self._replan_failed("planning", state.replan_error)
             return True
         except ModelError as exc:
             state.replan_error = RunError(
                 code=str(exc.code), message=f"replanning failed: {exc.message}"
             )
             log.warning("replanning failed; the run goes on without it", error=exc.message)
+            await self._replan_failed("llm", state.replan_error)
             return True
         state.replans += 1
         previous = state.plan
@@ -315,6 +319,19 @@ class PlanExecution:
         )
         return True
 
+    async def _replan_failed(self, source: str, error: RunError) -> None:
+        """The `error` event of a failed replan: the run goes on without one."""
+        data = error_data(
+            source,
+            error.code,
+            error.message,
+            recoverable=True,
+            phase="replan",
+            problems=error.problems,
+            suggestion="the run goes on with the plan it has; the answer uses what completed",
+        )
+        await self._emit("error", data)
+
     def _outcome(self) -> tuple[ExecutionOutcome, Counter[str]]:
         """The outcome, and how many of its records end in each status."""
         state = self.state
@@ -342,6 +359,7 @@ class PlanExecution:
             suspensions=list(state.suspensions),
             replans=state.replans,
             error=state.error if status in ("failed", "cancelled") else state.replan_error,
+            error_reported=state.error_reported,
         )
         return outcome, counts
 

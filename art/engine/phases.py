@@ -19,9 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from art.core.log import get_logger
 from art.engine.run import Run, call_error
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.errors import ModelError, PlanError, RunErrorCode
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 from art.responses import (
     AgentFinalResponse,
@@ -53,6 +55,8 @@ __all__ = [
     "run_phases",
     "session_end_data",
 ]
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +118,9 @@ class MakePlan:
                 invalid = RunError(
                     code=RunErrorCode.PLAN_INVALID, message=exc.message, problems=list(exc.problems)
                 )
-                return Fail(invalid)
+                return Fail(invalid, source="planning", phase="planning")
             except (ModelError, HookVeto) as exc:
-                return Fail(call_error(exc))
+                return Fail(call_error(exc), source=_source_of(exc), phase="planning")
             await run.plan_created(plan)
         elif record.status != "running":
             record.status = "running"
@@ -174,7 +178,11 @@ class ExecutePlan:
             return Suspend(pending or outcome.suspensions)
         if outcome.status in ("failed", "cancelled"):
             failed = RunError(code=RunErrorCode.STEP_FAILED, message="a step failed")
-            return Fail(outcome.error or failed)
+            error = outcome.error or failed
+            # Not a step's failure: the streamed plan's (invalid, or its call failed).
+            by_steps = error.code in (RunErrorCode.STEP_FAILED, RunErrorCode.CANCELLED)
+            source = "run" if by_steps else "planning"
+            return Fail(error, source=source, phase="execute", reported=outcome.error_reported)
         return Synthesize(outcome)
 
 
@@ -201,7 +209,7 @@ class Synthesize:
         try:
             result = await synthesize(run.context, deps.llm, deps.synthesis_model, data)
         except (ModelError, HookVeto) as exc:
-            return Fail(call_error(exc))
+            return Fail(call_error(exc), source=_source_of(exc), phase="synthesis")
         run.ending()
         cut_off = incomplete_answer(result.finish_reason)
         complete = outcome.status == "completed" and cut_off is None
@@ -260,9 +268,14 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """The run failed with `error` (its message redacted before it is stored)."""
+    """The run failed with `error` (its message redacted before it is stored); `source`
+    and `phase` say what failed where, for the `error` event, which is left out when the
+    failure was reported already (a step's, under `on_step_failure="fail"`)."""
 
     error: RunError
+    source: str = "run"
+    phase: str | None = None
+    reported: bool = False
 
     async def run(self, run: Run) -> End:
         run.ending()
@@ -271,17 +284,20 @@ class Fail:
         record.status = "failed"
         record.error = error
         run.sync_counters()
-        await run.deps.storage.update_run(record)
-        await run.emit(
-            "error",
-            {
-                "source": "run",
-                "code": error.code,
-                "message": error.message,
-                "problems": error.problems,
-                "recoverable": False,
-            },
-        )
+        try:
+            await run.deps.storage.update_run(record)
+        except Exception as exc:  # the response still tells the caller why the run failed
+            log.error("the failed run could not be stored", run_id=record.run_id, error=repr(exc))
+        if not self.reported:
+            data = error_data(
+                self.source,
+                error.code,
+                error.message,
+                recoverable=False,
+                phase=self.phase,
+                problems=error.problems,
+            )
+            await run.emit("error", data)
         content = f"The run failed ({error.code}): {error.message}"
         return End(build_response(run, "error", content, error=error))
 
@@ -360,6 +376,10 @@ def session_end_data(response: AgentFinalResponse) -> dict[str, Any]:
         "suspension_ids": list(meta.suspension_ids),
         "response": response,
     }
+
+
+def _source_of(exc: ModelError | HookVeto) -> str:
+    return "llm" if isinstance(exc, ModelError) else "hook"
 
 
 def _blocking_config(run: Run, tool_name: str) -> dict[str, Any] | None:

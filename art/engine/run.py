@@ -26,7 +26,14 @@ from art.config import ExecutionConfig, Persona, ProcessOptions
 from art.core.log import get_logger
 from art.core.spans import SpanContext, new_trace_id
 from art.engine.context import RunContext, RunStats
-from art.errors import ConfigurationError, ModelError, RunErrorCode, SuspensionError
+from art.errors import (
+    ConfigurationError,
+    ModelError,
+    RunErrorCode,
+    StorageError,
+    SuspensionError,
+)
+from art.observe.errors import error_data
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
 from art.observe.tracing import current_traceparent
@@ -214,11 +221,20 @@ class Run:
                 await asyncio.shield(self.log.finish())
             raise
         except Exception as exc:
-            log.exception("run failed inside the engine", run_id=self.context.run_id)
-            error = RunError(
-                code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
-            )
-            response = (await Fail(error).run(self)).response
+            fault = _innermost(exc)
+            if isinstance(fault, StorageError):
+                log.error(
+                    "run stopped by its storage", run_id=self.context.run_id, error=str(fault)
+                )
+                error = RunError(code=RunErrorCode.STORAGE_ERROR, message=fault.message)
+                response = (await Fail(error, source="storage").run(self)).response
+            else:
+                log.exception("run failed inside the engine", run_id=self.context.run_id)
+                error = RunError(
+                    code=RunErrorCode.INTERNAL_ERROR,
+                    message=f"{type(exc).__name__}: {_unwrap(exc)}",
+                )
+                response = (await Fail(error).run(self)).response
         finally:
             # The execute phase refers back to this run (its persist and idle callbacks):
             # without that cycle a finished run's objects are freed as soon as the caller
@@ -484,12 +500,7 @@ async def refused_response(
     if events.wants("error"):
         await events.emit(
             "error",
-            {
-                "source": source,
-                "code": error.code,
-                "message": error.message,
-                "recoverable": True,
-            },
+            error_data(source, error.code, error.message, recoverable=False, phase="setup"),
             thread_id=thread_id,
             span=span,
         )
@@ -522,8 +533,14 @@ async def pending_suspensions(
     return [s for s in found if s.run_id == run_id]
 
 
-def _unwrap(exc: BaseException) -> str:
-    """The message of an engine fault, looking inside a one-exception group."""
+def _innermost(exc: BaseException) -> BaseException:
+    """The exception inside one-exception groups (a task group's)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _unwrap(exc: BaseException) -> str:
+    """The message of an engine fault, looking inside a one-exception group."""
+    exc = _innermost(exc)
     return str(exc) or type(exc).__name__

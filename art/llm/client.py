@@ -33,6 +33,7 @@ from art.core.serialization import escape_unencodable
 from art.core.usage import TokenUsage
 from art.errors import ModelError, ModelErrorCode
 from art.llm.model import LiteLLMModel, Model
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 
 if TYPE_CHECKING:
@@ -558,16 +559,17 @@ class LLMClient:
                 failure_log.info("llm call retried", attempt=attempt, delay_s=round(delay, 3))
                 await run.events.emit(
                     "error",
-                    {
-                        "source": "llm",
-                        "phase": phase,
-                        "model": model,
-                        "code": str(error.code),
-                        "message": error.message,
-                        "attempt": attempt,
-                        "retry_in_s": delay,
-                        "recoverable": True,
-                    },
+                    error_data(
+                        "llm",
+                        str(error.code),
+                        error.message,
+                        recoverable=True,
+                        phase=phase,
+                        suggestion=f"retried in {delay:.3g} s",
+                        model=model,
+                        attempt=attempt,
+                        retry_in_s=delay,
+                    ),
                     thread_id=run.thread_id,
                     run_id=run.run_id,
                     span=span,

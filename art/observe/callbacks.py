@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
 from art.core.usage import TokenUsage
+from art.observe.errors import error_data
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -205,13 +206,16 @@ class CallbackAdapter:
 
             await self._bus.emit(
                 "error",
-                {
-                    "source": "callbacks",
-                    "event": context.name,
-                    "error_type": type(exc).__name__,
-                    "message": str(exc),
-                    "recoverable": True,
-                },
+                error_data(
+                    "callbacks",
+                    "CALLBACK_FAILED",
+                    str(exc),
+                    recoverable=True,
+                    event_type=context.name,
+                    suggestion="fix the callback; the run went on without it",
+                    event=context.name,
+                    error_type=type(exc).__name__,
+                ),
                 thread_id=context.thread_id,
                 run_id=context.run_id,
                 span=context.span,

@@ -27,6 +27,7 @@ from art.config import Persona
 from art.core.log import get_logger
 from art.core.serialization import context_text, escape_unencodable_data
 from art.errors import PlanError
+from art.observe.errors import error_data
 from art.planning.output_schemas import output_sketch, step_output_schema
 from art.planning.plans import Plan, validate_plan
 
@@ -866,16 +867,17 @@ class Planner:
             if attempt < attempts:  # the last rejection is the run's own PLAN_INVALID error
                 await run.events.emit(
                     "error",
-                    {
-                        "source": "planning",
-                        "phase": phase,
-                        "code": "PLAN_INVALID",
-                        "message": f"plan rejected (attempt {attempt} of {attempts}); "
+                    error_data(
+                        "planning",
+                        "PLAN_INVALID",
+                        f"plan rejected (attempt {attempt} of {attempts}); "
                         f"asking for a repair: {'; '.join(problems[:5])}",
-                        "problems": problems,
-                        "attempt": attempt,
-                        "recoverable": True,
-                    },
+                        recoverable=True,
+                        phase=phase,
+                        suggestion="the planner is asked to repair its plan",
+                        problems=problems,
+                        attempt=attempt,
+                    ),
                     thread_id=run.thread_id,
                     run_id=run.run_id,
                     span=run.span,
