@@ -267,7 +267,7 @@ class ArtInstance:
         from art.llm.chat import achat
 
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         return await achat(
             self._llm_client(llm_params),
             self.config.execution_config,
@@ -309,7 +309,7 @@ class ArtInstance:
         from art.llm.chat import chat_stream
 
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         chunks = chat_stream(
             self._llm_client(llm_params), self.config.execution_config, model, sent
         )
@@ -317,12 +317,18 @@ class ArtInstance:
             yield chunk
 
     def _chat_call(
-        self, messages: ChatMessages, model: str | None, system_prompt: str | None
+        self,
+        messages: ChatMessages,
+        model: str | None,
+        system_prompt: str | None,
+        llm_params: Mapping[str, Any] | None,
     ) -> tuple[str, list[dict[str, Any]]]:
-        """The model and messages of a chat call, the model's provider registered."""
-        from art.llm.chat import chat_messages
+        """The model and messages of a chat call, the model's provider registered; a call
+        asking for function calling is refused."""
+        from art.llm.chat import chat_messages, refuse_function_calling
 
         model = model or self.model
+        refuse_function_calling({**self.config.llm_params, **(llm_params or {})})
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
             import art.adapters.local  # noqa: F401 - registers the provider with litellm
         return model, chat_messages(messages, system_prompt)
@@ -427,6 +433,27 @@ class ArtInstance:
     def get_state(self, thread_id: str) -> ThreadState:
         """Sync `aget_state`."""
         return self._sync(self.aget_state(thread_id))
+
+    async def aget_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """The thread's conversation history, oldest first: all of it, or a page of
+        `limit` messages that ends `before` messages from the newest (`before=0`: the
+        newest page). Runs plan and answer with the last 20 only; this reads the rest."""
+        self._check_open()
+        if (limit is not None and limit < 0) or before < 0:
+            raise ConfigurationError("get_history needs limit >= 0 and before >= 0")
+        thread_id = _storable(thread_id)
+        await self._prepare()
+        wanted = _ALL_MESSAGES if limit is None else before + limit
+        messages = await self.storage.get_history(thread_id, limit=wanted)
+        return messages[: len(messages) - before] if before else messages
+
+    def get_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """Sync `aget_history`."""
+        return self._sync(self.aget_history(thread_id, limit=limit, before=before))
 
     async def aload_history(
         self, thread_id: str, messages: Sequence[ConversationMessage | Mapping[str, Any]]
@@ -756,6 +783,9 @@ class ArtInstance:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+#: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
+_ALL_MESSAGES = 2**62
 
 
 def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstanceConfig:

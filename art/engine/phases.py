@@ -333,6 +333,7 @@ def build_response(
         trace_id=context.trace_id,
         run_id=context.run_id,
         user_id=context.user_id,
+        session_id=context.session_id,
         status=status,
         total_duration_ms=run.state.duration_ms(),
         llm_calls=stats.llm_calls,

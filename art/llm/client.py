@@ -59,7 +59,7 @@ __all__ = [
 log = get_logger(__name__)
 
 LLMPhase = Literal["planning", "step", "synthesis", "replan", "chat"]
-FlushReason = Literal["size", "time", "completion"]
+FlushReason = Literal["size", "time", "manual", "completion"]
 
 # llm_params keys art sets itself; a caller's value would break the call's bookkeeping.
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
@@ -146,9 +146,25 @@ class StreamBuffer:
     clock: Callable[[], float] = time.monotonic
     _chunks: list[str] = field(default_factory=list)
     _started: float | None = None
+    _created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    _last_flush: datetime | None = None
 
     def __len__(self) -> int:
         return len(self._chunks)
+
+    def state(self) -> dict[str, Any]:
+        """What the buffer holds now (seed 004's BufferState), for chunk hooks."""
+        return {
+            "size": len(self._chunks),
+            "chunks": list(self._chunks),
+            "created_at": self._created_at.isoformat(),
+            "last_flush": self._last_flush.isoformat() if self._last_flush else None,
+            "strategy": self.config.strategy,
+        }
+
+    def flush(self) -> Flush | None:
+        """Release what is buffered now (a `manual` flush); None when it is empty."""
+        return self._flush("manual") if self._chunks else None
 
     @property
     def _uses_size(self) -> bool:
@@ -193,6 +209,7 @@ class StreamBuffer:
         flush = Flush(list(self._chunks), reason, (self.clock() - started) * 1000.0)
         self._chunks = []
         self._started = None
+        self._last_flush = datetime.now(UTC)
         return flush
 
 
@@ -753,20 +770,37 @@ class LLMClient:
                     continue
                 try:
                     edited = await emit(
-                        "chunk:before", {"phase": phase, "chunk": text, "sequence": sequence}
+                        "chunk:before",
+                        {
+                            "phase": phase,
+                            "chunk": text,
+                            "sequence": sequence,
+                            "buffer": buffer.state(),
+                        },
                     )
                 except HookVeto:
                     sequence += 1  # a vetoed chunk is dropped from the answer
                     continue
-                text = str(edited.get("chunk", text)) if isinstance(edited, dict) else text
+                flush_now = False
+                if isinstance(edited, dict):
+                    text = str(edited.get("chunk", text))
+                    flush_now = edited.get("flush") is True  # a hook's manual flush
                 parts.append(text)
                 delivered = True
                 if on_text is not None:
                     on_text(text)
                 await release(buffer.add(text))
+                if flush_now:
+                    await release(buffer.flush())
                 await emit(
                     "chunk:after",
-                    {"phase": phase, "chunk": text, "sequence": sequence, "done": False},
+                    {
+                        "phase": phase,
+                        "chunk": text,
+                        "sequence": sequence,
+                        "done": False,
+                        "buffer": buffer.state(),
+                    },
                 )
                 sequence += 1
         except (HookVeto, asyncio.CancelledError):
