@@ -300,3 +300,28 @@ def test_the_api_cancel_ends_a_run_in_synthesis_at_once(fake_provider):
         request = fake_provider.requests[-1]
         wait_for(lambda: request.dropped_at is not None, "the provider to see the drop")
         assert request.dropped_at - cancelled_at < CANCEL_WITHIN_S
+
+
+@pytest.mark.slow
+async def test_an_mcp_clients_cancellation_ends_a_run_in_synthesis_at_once(fake_provider):
+    from mcp import Client
+
+    from art.adapters.mcp import create_mcp_server
+
+    fake_provider.queue(plan(ECHO_STEP), FOREVER)
+    async with instance(fake_provider) as inst, Client(create_mcp_server(inst)) as client:
+        ended = asyncio.Event()
+        inst.on("session:end", lambda data, context: ended.set())
+        call = asyncio.create_task(client.call_tool("query", {"question": "go", "thread_id": "t"}))
+        await until(lambda: len(fake_provider.requests) >= 2, "the synthesis request")
+        cancelled_at = time.monotonic()
+        call.cancel()
+        request = fake_provider.requests[-1]
+        await until(lambda: request.dropped_at is not None, "the provider to see the drop")
+        assert request.dropped_at - cancelled_at < CANCEL_WITHIN_S
+        async with asyncio.timeout(GUARD_S):
+            await ended.wait()
+        [run] = (await inst.aget_state("t")).runs
+        assert run.status == "failed" and run.error.code == "CANCELLED"
+        assert run.error.message == "cancelled by the MCP client"
+        assert run.steps["s1"].status == "completed"
