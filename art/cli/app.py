@@ -891,16 +891,26 @@ def _build_instance(
     """The instance a command runs on (an async context manager: closed after use)."""
     import art
 
-    fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
+    fields = instance_fields(model, storage, tools)
     fields.update(provider or {})
+    if mcp_config is not None:
+        fields["mcp_servers"] = mcp_config
+    return art.create_art_instance(**fields)
+
+
+def instance_fields(
+    model: str | None, storage: str | None, tools: list[str] | None
+) -> dict[str, Any]:
+    """The instance fields of --model, --storage and --tools, read the same way by every
+    command: a model as `load_model` resolves it ($ART_MODEL when not given), tools as
+    `load_tools` loads them (the built-in tools when not given)."""
+    fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
     model = model or os.environ.get("ART_MODEL")
     if model:
         fields["model"] = load_model(model)
     if storage:
         fields["storage"] = storage
-    if mcp_config is not None:
-        fields["mcp_servers"] = mcp_config
-    return art.create_art_instance(**fields)
+    return fields
 
 
 class _storage:

@@ -408,6 +408,22 @@ _HINTS: dict[ModelErrorCode, str] = {
 }
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_SOURCE_LINE = re.compile(r'File "[^"]*", line \d+(, in \S+)?')
+
+
+def _without_traceback(text: str) -> str:
+    """`text` without a Python traceback (litellm appends one, with the server's file
+    paths, to errors it does not map): what precedes it and the exception it ends with."""
+    head, found, tail = text.partition(_TRACEBACK)
+    if found:
+        # The traceback's first unindented line names the exception; what follows it
+        # (litellm's received_args, a bug-report link) is dropped with the frames.
+        cause = next((line for line in tail.splitlines() if line[:1].strip()), "")
+        text = " ".join(part for part in (head.strip(), cause.strip()) if part)
+    return _SOURCE_LINE.sub("", text).strip()
+
+
 def map_provider_error(
     exc: BaseException, *, model: str, secrets: frozenset[str] = frozenset()
 ) -> ModelError:
@@ -419,7 +435,7 @@ def map_provider_error(
         exc = original
     raw = str(exc) or type(exc).__name__
     code = _code_for(exc, raw)
-    message = f"{model}: {raw.strip()}"
+    message = f"{model}: {_without_traceback(raw)}"
     hint = _HINTS.get(code)
     if hint:
         message = f"{message} ({hint})"

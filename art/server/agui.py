@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -47,12 +47,15 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from art.core.serialization import safe_stringify
-from art.engine.suspension import Decision
+from art.engine.phases import display_outputs
+from art.engine.suspension import Decision, apply_decision
+from art.responses import DisplayOutput, StepRecord
 from art.server.context import ServerContext, get_context
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
-from art.storage.contract import RunRecord, StoredEvent
+from art.server.sse import sse_event
+from art.storage.contract import RunRecord, StoredEvent, Suspension
 
 __all__ = ["DECISION_SCHEMA", "AgUiTranslator", "router"]
 
@@ -103,21 +106,54 @@ class AgUiTranslator:
         self._usage: dict[str, Any] | None = None
 
     # -- the run's edges --------------------------------------------------------------------
-    def started(self, run_input: RunAgentInput, record: RunRecord | None) -> list[BaseEvent]:
-        """RUN_STARTED, and the state so far when the run already has a plan (a resume)."""
+    def started(
+        self,
+        run_input: RunAgentInput,
+        run_id: str | None,
+        record: RunRecord | None = None,
+        display: Sequence[DisplayOutput] = (),
+    ) -> list[BaseEvent]:
+        """RUN_STARTED, and the state so far when the run already has a plan (a resume, or
+        an interrupted run continued): `record` and its `display` outputs as they were
+        before this session began."""
         events: list[BaseEvent] = [
             RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, input=run_input)
         ]
-        if record is not None:
-            self.state["runId"] = record.run_id
+        self.state["runId"] = run_id
+        self.state["query"] = None if run_input.resume else _query(run_input)
+        if record is not None and record.plan is not None:
             self.state["query"] = record.query
-            if record.plan is not None:
-                self.state["plan"] = record.plan.to_wire()
-                self.state["steps"] = {
-                    sid: self._step_state(r.model_dump(mode="json"))
-                    for sid, r in record.steps.items()
-                }
-                events.append(StateSnapshotEvent(snapshot=self.state))
+            self.state["plan"] = record.plan.to_wire()
+            self.state["steps"] = {
+                step.id: {"status": "pending", "tool": step.tool} for step in record.plan.steps
+            }
+            for sid, r in record.steps.items():
+                dumped = {**r.model_dump(mode="json"), "output": r.output}
+                self.state["steps"][sid] = self._step_state(dumped)
+            self.state["display"] = [
+                {"step_id": d.step_id, "tool_name": d.tool_name, "output": d.output}
+                for d in display
+            ]
+            # The calls a person answers in this session get their results in it.
+            self._calls = {
+                sid: r.result.call_id for sid, r in record.steps.items() if r.result is not None
+            }
+            events.append(StateSnapshotEvent(snapshot=self.state))
+            events += self._answered_before(run_input, record)
+        return events
+
+    def _answered_before(self, run_input: RunAgentInput, record: RunRecord) -> list[BaseEvent]:
+        """The results of the calls this input answered that the engine applied before the
+        session began (every `resume` entry but the last is recorded on its own)."""
+        answered = {entry.interrupt_id for entry in run_input.resume or ()}
+        events: list[BaseEvent] = []
+        for step in record.steps.values():
+            result = step.result
+            if result is None or result.metadata.get("suspension_id") not in answered:
+                continue
+            if step.status in ("completed", "failed"):
+                error = step.reason if step.status == "failed" else None
+                events += self._tool_result(result.call_id, {"result": step.output, "error": error})
         return events
 
     def interrupted(self, message: str) -> list[BaseEvent]:
@@ -172,6 +208,39 @@ class AgUiTranslator:
         self.state["steps"][step_id] = value
         delta = [{"op": op, "path": f"/steps/{_pointer(step_id)}", "value": value}]
         events.append(self._change(delta))
+        return events
+
+    def _on_resumed(self, data: dict[str, Any]) -> list[BaseEvent]:
+        """A person's decision: the result of the tool call they answered, and the step
+        completed with the decision as its output (approved) or failed (rejected), as
+        the engine applies it before the run goes on."""
+        step_id = str(data.get("step_id"))
+        step = self.state["steps"].get(step_id)
+        if step is None or step.get("status") != "waiting" or data.get("decision") is None:
+            return []
+        call_id = self._calls.get(step_id)
+        decided = apply_decision(
+            StepRecord(step_id=step_id, tool=data.get("tool"), status="waiting"),
+            Suspension(
+                suspension_id=str(data.get("suspension_id")),
+                thread_id=self.thread_id,
+                run_id=str(self.state["runId"]),
+                step_id=step_id,
+                tool_name=str(data.get("tool")),
+                call_id=call_id or "",
+                decision=data["decision"],
+            ),
+        )
+        update = self._step_state({"status": decided.status, "reason": decided.reason})
+        events: list[BaseEvent] = []
+        if decided.status == "completed":
+            update["output"] = decided.output
+        if call_id is not None:
+            result = {"result": decided.output, "error": decided.reason}
+            events += self._tool_result(call_id, result)
+        step.update(update)
+        path = f"/steps/{_pointer(step_id)}"
+        events.append(self._change([{"op": "replace", "path": path, "value": step}]))
         return events
 
     def _change(self, patch: list[dict[str, Any]]) -> BaseEvent:
@@ -356,7 +425,8 @@ async def run_agent(run_input: RunAgentInput, ctx: Context) -> Response:
         raise Problem(422, f"bad threadId {thread_id!r}: 1-128 letters, digits and ._:-")
     active, record = await _launch(ctx, run_input)
     translator = AgUiTranslator(thread_id, run_input.run_id, ctx.display_tools)
-    opening = translator.started(run_input, record)
+    display = display_outputs(record.steps.values(), ctx.instance.registry) if record else []
+    opening = translator.started(run_input, active.run_id, record, display)
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         for event in opening:
@@ -369,36 +439,42 @@ async def run_agent(run_input: RunAgentInput, ctx: Context) -> Response:
         for event in translator.interrupted("the run stopped before it ended; send it again"):
             yield _sse(event)
 
-    return EventSourceResponse(events(), ping=ctx.settings.ping_interval_s)
+    return ctx.streams.response(events(), ping_s=ctx.settings.ping_interval_s)
 
 
 async def _launch(
     ctx: ServerContext, run_input: RunAgentInput
 ) -> tuple[ActiveRun, RunRecord | None]:
+    """Start (or resume) the run; with it, the run's record as it was before this session
+    (None for a new run), so the opening snapshot precedes every event of the session."""
     thread_id = run_input.thread_id
+    storage = ctx.instance.storage
     if run_input.resume:
         entries = list(run_input.resume)
         # Each decision but the last is recorded at once; the last one continues the run.
         for entry in entries[:-1]:
             decision = _decision(entry.payload, entry.status)
             await ctx.instance.aresume_execution(thread_id, entry.interrupt_id, decision)
+        before = await storage.get_active_run(thread_id)
         last = entries[-1]
         active = await ctx.runs.resume(
             thread_id, last.interrupt_id, _decision(last.payload, last.status)
         )
     else:
         query = _query(run_input)
-        if not query:
+        if not query or not query.strip():
             raise Problem(422, "the input has no user message to answer (and nothing to resume)")
         limit = ctx.settings.max_query_chars
         if len(query) > limit:
             raise Problem(
                 422, f"the query is longer than {limit} characters", code="QUERY_TOO_LONG"
             )
+        before = await storage.get_active_run(thread_id)
         active = await ctx.runs.start(thread_id, query)
-    record = await ctx.instance.storage.get_run(active.run_id) if active.run_id else None
-    return active, (record if record is not None and record.plan is not None else None)
+    if before is None or before.run_id != active.run_id or before.plan is None:
+        return active, None
+    return active, before
 
 
 def _sse(event: BaseEvent) -> ServerSentEvent:
-    return ServerSentEvent(data=event.model_dump_json(by_alias=True))
+    return sse_event(event.model_dump_json(by_alias=True))

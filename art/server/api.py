@@ -32,6 +32,7 @@ from art.server.models import (
 )
 from art.server.problems import Problem, ProblemBody
 from art.server.settings import THREAD_ID_PATTERN, valid_thread_id
+from art.server.sse import sse_event
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StoredEvent
 
 __all__ = ["event_stream", "router", "run_resource"]
@@ -173,10 +174,21 @@ async def _get_run(ctx: ServerContext, thread_id: str, run_id: str) -> RunRecord
 async def list_runs(thread_id: ThreadId, ctx: Context) -> Response:
     """The thread's runs, oldest first."""
     records = await ctx.instance.storage.list_runs(thread_id)
+    if not records:
+        await _require_thread(ctx, thread_id)
     return wire_response([await run_resource(ctx, record) for record in records])
 
 
+async def _require_thread(ctx: ServerContext, thread_id: str) -> None:
+    """404 unless the thread has a run or a message."""
+    storage = ctx.instance.storage
+    if not await storage.list_runs(thread_id) and not await storage.get_history(thread_id):
+        raise Problem(404, f"no thread {thread_id!r}")
+
+
 def _check_query(ctx: ServerContext, query: str) -> None:
+    if not query.strip():
+        raise Problem(422, "the query is empty", code="QUERY_EMPTY")
     limit = ctx.settings.max_query_chars
     if len(query) > limit:
         raise Problem(
@@ -351,12 +363,10 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
 
     async def encoded() -> AsyncIterator[ServerSentEvent]:
         async for event in events:
-            yield ServerSentEvent(
-                data=wire_json(event).decode(), event=event.name, id=str(event.seq)
-            )
+            yield sse_event(wire_json(event).decode(), event=event.name, id=str(event.seq))
 
-    return EventSourceResponse(
-        encoded(), ping=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}
+    return ctx.streams.response(
+        encoded(), ping_s=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}
     )
 
 
@@ -367,6 +377,8 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
 async def list_suspensions(thread_id: ThreadId, ctx: Context) -> Response:
     """The suspended run's pending suspensions (blocking steps waiting for a person)."""
     state = await ctx.instance.acheck_for_suspended_state(thread_id)
+    if state is None:
+        await _require_thread(ctx, thread_id)
     return wire_response(SuspensionList(suspensions=state.suspensions if state else []))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.staticfiles import StaticFiles
 
 import art
@@ -26,6 +26,7 @@ from art.server.problems import install_problem_handlers
 from art.server.runs import RunManager
 from art.server.security import KeyCheck, RequestGuard, allowed_hosts
 from art.server.settings import ServerSettings
+from art.server.sse import EventStreams
 
 __all__ = ["STATIC_DIR", "create_app"]
 
@@ -62,6 +63,7 @@ def create_app(
         journal=journal,
         feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
         runs=RunManager(instance, journal),
+        streams=EventStreams(),
     )
 
     @asynccontextmanager
@@ -84,7 +86,10 @@ def create_app(
         ),
         lifespan=lifespan,
         root_path=settings.root_path,
+        # No Swagger UI (it loads from a public CDN); the OpenAPI document needs a key.
+        docs_url=None,
         redoc_url=None,
+        openapi_url=None,
     )
     app.state.context = context
     install_problem_handlers(app)
@@ -93,6 +98,10 @@ def create_app(
     app.include_router(agui.router, dependencies=keys)
     app.include_router(openai.router, dependencies=keys)
     _add_inspector(app)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=keys)
+    async def openapi_document() -> Response:
+        return JSONResponse(app.openapi())
 
     @app.get("/healthz", tags=["server"], include_in_schema=True)
     async def healthz() -> Mapping[str, str]:
@@ -110,8 +119,10 @@ def create_app(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-            expose_headers=["Location", "Retry-After"],
+            # Any request header: keys, not headers, decide who may call (the OpenAI SDK
+            # alone sends a dozen x-stainless-* headers, and more with each release).
+            allow_headers=["*"],
+            expose_headers=["Location", "Retry-After", "X-Art-Thread-Id"],
             max_age=600,
         )
     return app

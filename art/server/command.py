@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -28,7 +28,11 @@ def serve_command(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", "-m", metavar="MODEL", help="litellm model name (default: $ART_MODEL)."
+            "--model",
+            "-m",
+            metavar="MODEL",
+            help="litellm model name, or module:ATTR / file.py:ATTR naming one "
+            "(default: $ART_MODEL).",
         ),
     ] = None,
     storage: Annotated[
@@ -132,7 +136,7 @@ def serve_command(
     """Serve the agent over HTTP: a REST API with live event streams (SSE), the AG-UI
     protocol at /ag-ui, an OpenAI-compatible /v1/chat/completions, and the run inspector
     at /. Docs: docs/server.md"""
-    from art.cli.app import CliError, load_tools
+    from art.cli.app import CliError, instance_fields
     from art.errors import ConfigurationError
 
     try:
@@ -155,12 +159,7 @@ def serve_command(
             max_query_chars=max_query_chars,
             root_path=root_path.rstrip("/"),
         )
-        fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
-        if model:
-            fields["model"] = model
-        if storage:
-            fields["storage"] = storage
-        app = create_app(settings=settings, **fields)
+        app = create_app(settings=settings, **instance_fields(model, storage, tools))
     except (CliError, ConfigurationError) as exc:
         code = exc.code if isinstance(exc, CliError) else str(exc.code)
         typer.echo(f"error {code}: {exc.message}", err=True)
@@ -174,9 +173,3 @@ def serve_command(
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
     )
-
-
-def _builtin_tools() -> list[object]:
-    from art.tools import builtin_tools
-
-    return list(builtin_tools())

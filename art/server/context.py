@@ -11,6 +11,7 @@ from art.server.feed import EventFeed
 from art.server.journal import EventJournal
 from art.server.runs import RunManager
 from art.server.settings import ServerSettings
+from art.server.sse import EventStreams
 
 __all__ = ["ServerContext", "get_context"]
 
@@ -22,6 +23,7 @@ class ServerContext:
     journal: EventJournal
     feed: EventFeed
     runs: RunManager
+    streams: EventStreams
 
     @property
     def display_tools(self) -> frozenset[str]:

@@ -32,7 +32,7 @@ from art.core.log import get_logger
 from art.core.serialization import safe_stringify, truncate
 from art.observe.event_log import stored_events
 from art.observe.events import Event
-from art.responses import AgentFinalResponse, ConversationMessage, StepRecord
+from art.responses import AgentFinalResponse, ConversationMessage, StepRecord, utcnow
 from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension, ThreadSummary
 
 __all__ = ["MAX_VALUE_CHARS", "EventJournal", "JournaledStorage", "stored_event"]
@@ -43,6 +43,8 @@ log = get_logger("art.server")
 #: JSON is stored as its text cut to this length; the full value is in the step record.
 MAX_VALUE_CHARS = 20_000
 _NOT_JOURNALED = frozenset({"chunk:before", "chunk:after"})
+# Events whose `output` is kept as a value (cut like any other), not as the engine's text.
+_OUTPUT_VALUES = frozenset({"step:status", "tool:update"})
 
 
 def _bounded(value: Any, limit: int = MAX_VALUE_CHARS) -> Any:
@@ -88,6 +90,9 @@ def stored_event(event: Event, redact: Callable[[Any], Any]) -> StoredEvent:
         redact,
     )
     stored.data = {k: v if k == "plan" else _bounded(v) for k, v in stored.data.items()}
+    if event.name in _OUTPUT_VALUES and "output" in event.data:
+        # The value, not the engine's text of it: clients rebuild step state from these.
+        stored.data["output"] = _bounded(event.data["output"])
     return stored
 
 
@@ -204,10 +209,13 @@ class JournaledStorage(StorageAdapter):
     async def list_runs(self, thread_id: str) -> list[RunRecord]:
         return await self.inner.list_runs(thread_id)
 
+    # A run's record says when it last changed (the engine leaves that to storage).
     async def update_run(self, run: RunRecord) -> None:
+        run.updated_at = utcnow()
         await self.inner.update_run(run)
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
+        run.updated_at = utcnow()
         await self.inner.finish_run(run, messages)
 
     async def save_step(self, run_id: str, record: StepRecord) -> None:

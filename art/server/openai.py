@@ -19,13 +19,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.responses import JSONResponse, Response
 
 from art.server.context import ServerContext, get_context
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
+from art.server.sse import sse_event
 
 __all__ = ["ChatRequest", "router"]
 
@@ -67,6 +68,8 @@ def _query(request: ChatRequest, threaded: bool) -> str:
     if last_user is None:
         raise Problem(422, "the messages have no user message to answer")
     question = _text(request.messages[last_user])
+    if not question.strip():
+        raise Problem(422, "the last user message is empty", code="QUERY_EMPTY")
     earlier = [m for m in request.messages[:last_user] if m.role in ("user", "assistant")]
     if threaded or not earlier:
         return question
@@ -104,7 +107,7 @@ async def chat_completions(
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         chunks = _chunks(ctx, active, completion_id, body.model, include_usage)
-        return EventSourceResponse(chunks, ping=ctx.settings.ping_interval_s)
+        return ctx.streams.response(chunks, ping_s=ctx.settings.ping_interval_s)
     response = await active.wait()
     meta = response.metadata
     if meta.status == "error":
@@ -165,7 +168,7 @@ async def _chunks(
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             **extra,
         }
-        return ServerSentEvent(data=json.dumps(body, ensure_ascii=False))
+        return sse_event(json.dumps(body, ensure_ascii=False))
 
     yield chunk({"role": "assistant", "content": ""})
     streamed = False
@@ -181,7 +184,7 @@ async def _chunks(
             if status == "error":
                 error = data.get("error") or {}
                 problem = {"message": error.get("message"), "code": error.get("code")}
-                yield ServerSentEvent(data=json.dumps({"error": problem}))
+                yield sse_event(json.dumps({"error": problem}))
                 break
             if not streamed:
                 text = data.get("answer") or await _waiting_text(
@@ -193,8 +196,8 @@ async def _chunks(
             yield chunk({}, "stop", art=art)
             if include_usage:
                 usage = data.get("usage") or {}
-                yield ServerSentEvent(
-                    data=json.dumps(
+                yield sse_event(
+                    json.dumps(
                         {
                             "id": completion_id,
                             "object": "chat.completion.chunk",
@@ -209,7 +212,7 @@ async def _chunks(
                     )
                 )
             break
-    yield ServerSentEvent(data="[DONE]")
+    yield sse_event("[DONE]")
 
 
 async def _waiting_text(ctx: ServerContext, thread_id: str, run_id: str | None) -> str:

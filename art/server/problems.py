@@ -26,6 +26,7 @@ __all__ = [
     "Problem",
     "ProblemBody",
     "install_problem_handlers",
+    "openai_error_response",
     "problem_response",
 ]
 
@@ -122,6 +123,34 @@ def problem_response(problem: Problem, instance: str | None = None) -> Response:
     )
 
 
+# OpenAI's error `type` for each status (their API's own names).
+_OPENAI_TYPES: dict[int, str] = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error_response(problem: Problem) -> Response:
+    """`problem` in the shape OpenAI's API gives errors (`{"error": {...}}`), which the
+    OpenAI SDKs read: for the OpenAI-compatible routes."""
+    kind = _OPENAI_TYPES.get(problem.status)
+    if kind is None:
+        kind = "server_error" if problem.status >= 500 else "invalid_request_error"
+    body = {"error": {"message": problem.detail, "type": kind, "param": None, "code": problem.code}}
+    return JSONResponse(body, status_code=problem.status, headers=problem.headers)
+
+
+def _answer(problem: Problem, request: Request) -> Response:
+    """The error response for `request`: OpenAI's shape under /v1, else a problem."""
+    path = request.url.path.removeprefix(request.scope.get("root_path") or "")
+    if path.startswith("/v1/"):
+        return openai_error_response(problem)
+    return problem_response(problem, request.url.path)
+
+
 def from_art_error(exc: ArtError) -> Problem:
     """The problem an `ArtError` raised while serving a request stands for."""
     code = str(exc.code)
@@ -154,26 +183,22 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def on_problem(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, Problem)
-        return problem_response(exc, request.url.path)
+        return _answer(exc, request)
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         detail = exc.detail if isinstance(exc.detail, str) else _title(exc.status_code)
-        return problem_response(
-            Problem(exc.status_code, detail, headers=dict(exc.headers or {})), request.url.path
-        )
+        return _answer(Problem(exc.status_code, detail, headers=dict(exc.headers or {})), request)
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         errors = _field_errors(exc)
         where = ", ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in errors)
-        return problem_response(
-            Problem(422, f"the request is not valid ({where})", errors=errors), request.url.path
-        )
+        return _answer(Problem(422, f"the request is not valid ({where})", errors=errors), request)
 
     async def on_art_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ArtError)
-        return problem_response(from_art_error(exc), request.url.path)
+        return _answer(from_art_error(exc), request)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         incident = uuid.uuid4().hex[:12]
@@ -185,7 +210,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             exc_info=exc,
         )
         detail = f"the server failed to answer; the failure is logged as incident {incident}"
-        return problem_response(Problem(500, detail), request.url.path)
+        return _answer(Problem(500, detail), request)
 
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(StarletteHTTPException, on_http)

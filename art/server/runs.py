@@ -88,7 +88,29 @@ class RunManager:
         """Record `decision` and continue the suspended run (see `start`). Raises the
         engine's SuspensionError for an unknown or already-decided suspension."""
         coro = self.instance.aresume_execution(thread_id, suspension_id, decision, options)
-        return await self._launch(thread_id, coro)
+        try:
+            return await self._launch(thread_id, coro)
+        except Problem as busy:
+            if busy.code != RunErrorCode.THREAD_BUSY:
+                raise
+            # Busy because someone decided it first (here or in another process) and the
+            # run goes on: that is the answer, not a busy thread.
+            decided = await self._decided(thread_id, suspension_id)
+            if decided is None:
+                raise
+            raise Problem(
+                409,
+                f"suspension {suspension_id!r} was decided already ({decided}); the run continues",
+                code=RunErrorCode.SUSPENSION_ALREADY_DECIDED,
+            ) from None
+
+    async def _decided(self, thread_id: str, suspension_id: str) -> str | None:
+        """How `suspension_id` was decided ("approved" / "rejected"), or None if pending."""
+        everything = await self.instance.storage.list_suspensions(thread_id, pending_only=False)
+        for suspension in everything:
+            if suspension.suspension_id == suspension_id and suspension.decision is not None:
+                return "approved" if suspension.decision.get("approved") else "rejected"
+        return None
 
     async def _launch(
         self, thread_id: str, coro: Coroutine[Any, Any, AgentFinalResponse]

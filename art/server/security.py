@@ -18,9 +18,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from art.server.problems import Problem, problem_response
 from art.server.settings import ServerSettings, is_loopback
 
-__all__ = ["LOOPBACK_HOSTS", "KeyCheck", "RequestGuard", "bearer_scheme"]
+__all__ = ["LOOPBACK_HOSTS", "PUBLIC_ROUTES", "KeyCheck", "RequestGuard", "bearer_scheme"]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+#: The only routes that answer without a key when keys are set: the inspector's page and
+#: files (they hold no data; the page asks for a key) and the liveness check. Every other
+#: route, the OpenAPI document included, needs a key.
+PUBLIC_ROUTES = ("/", "/favicon.ico", "/static", "/healthz")
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 bearer_scheme = HTTPBearer(

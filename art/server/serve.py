@@ -17,17 +17,31 @@ from art.server.settings import ServerSettings
 
 __all__ = ["serve", "serve_in_thread"]
 
+# How long shutdown waits for open event streams to end their bodies.
+_STREAMS_CLOSE_S = 2.0
+
 
 class _Server(uvicorn.Server):
     """uvicorn's server, telling the app's runs to drain the moment shutdown begins (new
     runs get 503 while open streams and waiting requests finish)."""
 
-    def __init__(self, config: uvicorn.Config, context: ServerContext) -> None:
+    def __init__(
+        self, config: uvicorn.Config, context: ServerContext, announcement: str | None = None
+    ) -> None:
         super().__init__(config)
         self.context = context
+        self.announcement = announcement
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # Only once it accepts connections: whoever reads the URL may connect at once.
+        if self.started and self.announcement:
+            print(self.announcement, file=sys.stderr, flush=True)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.context.runs.begin_drain(self.context.settings.grace_s)
+        # Streams end their bodies before uvicorn closes the connections under them.
+        await self.context.streams.close(timeout_s=_STREAMS_CLOSE_S)
         await super().shutdown(sockets)
 
 
@@ -59,13 +73,11 @@ def serve(
     )
     host = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
     keys = "required" if settings.auth_required else "not required"
-    print(
+    announcement = (
         f"art serve: http://{host}:{port}{settings.root_path}/ (the inspector; the API is "
-        f"described at /openapi.json, API keys {keys}). Stop with Ctrl+C or SIGTERM.",
-        file=sys.stderr,
-        flush=True,
+        f"described at /openapi.json, API keys {keys}). Stop with Ctrl+C or SIGTERM."
     )
-    _Server(config, context).run(sockets=[listener])
+    _Server(config, context, announcement).run(sockets=[listener])
 
 
 @contextlib.contextmanager

@@ -252,7 +252,9 @@ def check_agui_sequence(events: list[Any], body: dict[str, Any]) -> None:
             assert calls[event.tool_call_id] == "started"
             calls[event.tool_call_id] = "ended"
         elif kind == "TOOL_CALL_RESULT":
-            assert calls[event.tool_call_id] == "ended"
+            # A resume answers the call its interrupt named, which an earlier run started.
+            earlier = "resume" in body and event.tool_call_id not in calls
+            assert earlier or calls[event.tool_call_id] == "ended"
             calls[event.tool_call_id] = "answered"
         elif kind == "TEXT_MESSAGE_START":
             assert message is None

@@ -4,7 +4,9 @@ the real `art serve` command with `--model` naming it and `--tools` naming `tool
 
     python tests/server/scripted_serve.py --storage postgresql://... --port 0 --grace 2
 
-The planner answers by the query: "approve ..." plans an approval; "work 0.5 4 ..." plans
+The planner answers by the query: "approve ..." plans an approval (then a 1.5 s `work`
+step with "slowly"); "table ..." plans a
+product shown as a table, an approval, then a sum; "work 0.5 4 ..." plans
 a chain of `work` steps, each working that many seconds. The `work` tool appends
 `started|finished <thread> <step> <pid>` to $ART_TEST_WORK_LOG.
 """
@@ -18,7 +20,7 @@ import time
 from typing import Any
 
 from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
-from art.tools import AskHuman, Calculator
+from art.tools import AskHuman, Calculator, Show
 
 
 class Work(IToolExecutor):
@@ -49,18 +51,44 @@ class Work(IToolExecutor):
 
 
 def tools() -> list[IToolExecutor]:
-    return [Calculator(), AskHuman(), Work()]
+    return [Calculator(), AskHuman(), Show(), Work()]
+
+
+TABLE_PLAN: dict[str, Any] = {
+    "steps": [
+        {"id": "s1", "tool": "calculator", "args": {"expression": "17 * 23"}},
+        {
+            "id": "s2",
+            "tool": "show",
+            "args": {
+                "title": "Product",
+                "table": {"columns": ["what", "value"], "rows": [["17 x 23", "{{s1.output}}"]]},
+            },
+        },
+        {"id": "s3", "tool": "ask_human", "args": {"question": "Add 12?"}, "dependsOn": ["s1"]},
+        {
+            "id": "s4",
+            "tool": "calculator",
+            "args": {"expression": "{{s1.output}} + 12"},
+            "dependsOn": ["s3"],
+        },
+    ]
+}
 
 
 def plan_for(messages: list[dict[str, Any]], metadata: dict[str, Any]) -> dict[str, Any]:
     query = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     if "approve" in query:
-        return {
-            "steps": [
-                {"id": "s1", "tool": "ask_human", "args": {"question": "Go on?"}},
-                {"id": "s2", "tool": "calculator", "args": {"expression": "6 * 7"}},
-            ]
-        }
+        # "slowly": the step after the approval works for 1.5 s (the resumed run holds
+        # the thread meanwhile).
+        after = (
+            {"id": "s2", "tool": "work", "args": {"seconds": 1.5}, "dependsOn": ["s1"]}
+            if "slowly" in query
+            else {"id": "s2", "tool": "calculator", "args": {"expression": "6 * 7"}}
+        )
+        return {"steps": [{"id": "s1", "tool": "ask_human", "args": {"question": "Go on?"}}, after]}
+    if "table" in query:
+        return TABLE_PLAN
     seconds = [float(s) for s in re.findall(r"\d+(?:\.\d+)?", query.split("work", 1)[-1])]
     return {
         "steps": [

@@ -84,6 +84,14 @@ def test_a_run_streams_as_valid_ag_ui_events_then_an_interrupt_and_a_resume(
     ]
     second = post(server, run_input("t-agui", resume=resume))
 
+    [answered] = of(second, "TOOL_CALL_RESULT")[:1]
+    assert answered.tool_call_id == interrupt.tool_call_id  # the call the person answered
+    assert '"approved": true' in answered.content and '"Add!"' in answered.content
+    opening = of(second, "STATE_SNAPSHOT")[0].snapshot
+    assert opening["runId"] == snapshot["runId"] == finished.result["runId"]
+    assert opening["steps"]["s3"]["status"] == "waiting"
+    assert opening["steps"]["s4"]["status"] == "pending"  # not yet run when the stream opens
+    assert [d["output"]["rows"] for d in opening["display"]] == [[["17 x 23", 391]]]
     text = "".join(e.delta for e in of(second, "TEXT_MESSAGE_CONTENT"))
     assert text == "It is 403."
     last = second[-1]
@@ -93,6 +101,7 @@ def test_a_run_streams_as_valid_ag_ui_events_then_an_interrupt_and_a_resume(
     final_state = of(second, "STATE_SNAPSHOT")[-1].snapshot
     assert final_state["steps"]["s4"]["status"] == "completed"
     assert final_state["status"] == "success"
+    assert final_state["display"] == opening["display"]
     assert {e.step_name for e in of(second, "STEP_FINISHED")} == {"s4"}
 
 
@@ -119,3 +128,35 @@ def test_a_busy_thread_and_an_input_without_a_question_are_problems(make_server:
     assert empty.status_code == 422 and "user message" in empty.json()["detail"]
     assert bad.status_code == 422
     server.gate.opened.set()
+
+
+def test_every_answered_interrupt_gets_its_tool_call_result(make_server: Any) -> None:
+    server = make_server(
+        {
+            "steps": [
+                {"id": "s1", "tool": "ask_human", "args": {"question": "First?"}},
+                {"id": "s2", "tool": "ask_human", "args": {"question": "Second?"}},
+                {"id": "s3", "tool": "calculator", "args": {"expression": "1 + 1"}},
+            ]
+        }
+    )
+    first = post(server, run_input("t-agui-two", "two questions"))
+    interrupts = first[-1].outcome.interrupts
+    calls = {
+        e.tool_call_id for e in of(first, "TOOL_CALL_START") if e.tool_call_name == "ask_human"
+    }
+    assert {i.tool_call_id for i in interrupts} == calls and len(calls) == 2
+
+    resume = [
+        {"interruptId": interrupts[0].id, "status": "resolved", "payload": {"approved": True}},
+        {"interruptId": interrupts[1].id, "status": "cancelled", "payload": {"reason": "no"}},
+    ]
+    second = post(server, run_input("t-agui-two", resume=resume))
+
+    results = {e.tool_call_id: e.content for e in of(second, "TOOL_CALL_RESULT")}
+    assert '"approved": true' in results[interrupts[0].tool_call_id]
+    assert results[interrupts[1].tool_call_id].startswith("error: rejected")
+    final = of(second, "STATE_SNAPSHOT")[-1].snapshot["steps"]
+    by_call = {i.tool_call_id: i.metadata["stepId"] for i in interrupts}
+    assert final[by_call[interrupts[0].tool_call_id]]["status"] == "completed"
+    assert final[by_call[interrupts[1].tool_call_id]]["status"] == "failed"

@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from art.server import ServerSettings
+from art.server import ServerSettings, create_app, serve_in_thread
+from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tools import AskHuman
 
 from .conftest import APPROVAL_PLAN
 
@@ -179,3 +182,122 @@ def test_without_chromium_ci_fails_saying_what_to_install(tmp_path: Path) -> Non
     assert done.returncode == 1, done.stdout
     assert "the inspector's browser tests need Chromium in CI" in done.stdout
     assert "install the Debian package chromium (.ci/run does)" in done.stdout
+
+
+def _ms(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * (1000 if unit == "s" else 1)
+
+
+def test_a_resumed_run_took_its_total_not_the_sum_of_its_parts(make_server: Any, page: Any) -> None:
+    server = make_server(APPROVAL_PLAN)
+    client = server.client()
+    client.post("/threads/t-took/runs?wait=true", json={"query": "go"})
+    [waiting] = client.get("/threads/t-took/suspensions").json()["suspensions"]
+    decision = f"/threads/t-took/suspensions/{waiting['suspensionId']}/decision?wait=true"
+    client.post(decision, json={"approved": True})
+    [run] = client.get("/threads/t-took/runs").json()
+
+    page.goto(f"{server.url}/#/t/t-took")
+    page.wait_for_selector("#answer-text[data-complete=true]")
+    page.wait_for_function(
+        "() => document.querySelector('[data-fact=took] dd')?.textContent.includes('s')"
+    )
+    took = _ms(page.inner_text("[data-fact=took] dd"))
+
+    assert abs(took - run["durationMs"]) <= max(2.0, run["durationMs"] * 0.02), (took, run)
+
+
+def test_a_failed_question_stays_in_its_box_with_its_error_and_the_key_box_covers_nothing(
+    make_server: Any, page: Any, page_errors: list[str]
+) -> None:
+    server = make_server(settings=ServerSettings(max_query_chars=20, poll_interval_s=0.1))
+    page.goto(f"{server.url}/")
+    page.wait_for_selector("main[data-view=home] #query")
+    question = "a question far longer than this server takes"
+
+    page.fill("#query", question)
+    page.click("#ask")
+    page.wait_for_selector("#notice:not([hidden])")
+    page.wait_for_timeout(3000)  # background refreshes come and go meanwhile
+
+    assert page.input_value("#query") == question  # kept, to be fixed and sent again
+    assert "20" in page.inner_text("#notice") and page.is_visible("#notice")
+    page_errors.clear()  # the refused request, rightly
+
+    for width in (1400, 390):  # a desktop and a phone
+        page.set_viewport_size({"width": width, "height": 900})
+        page.evaluate("() => { const f = document.querySelector('#auth'); f.hidden = false; }")
+        box, ask = page.locator("#auth").bounding_box(), page.locator("#ask").bounding_box()
+        apart = (
+            box["x"] + box["width"] <= ask["x"]
+            or ask["x"] + ask["width"] <= box["x"]
+            or box["y"] + box["height"] <= ask["y"]
+            or ask["y"] + ask["height"] <= box["y"]
+        )
+        assert apart, (width, box, ask)
+
+
+class LongNamedTool(IToolExecutor):
+    schema = ToolSchema(
+        name="fetch_the_quarterly_revenue_report_for_every_region_and_currency",
+        description="A tool with a long name.",
+        input_schema={"type": "object", "properties": {}},
+    )
+
+    def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
+        return ToolResult(
+            call_id=context.call_id, tool_name=self.schema.name, status="success", output=1
+        )
+
+
+def test_long_tool_names_stay_inside_their_boxes(
+    scripted_model: Any, page: Any, tmp_path: Path
+) -> None:
+    name = LongNamedTool.schema.name
+    plan = {
+        "steps": [
+            {"id": "s1", "tool": name, "args": {}},
+            {"id": "s2", "tool": "ask_human", "args": {"question": "ok?"}, "dependsOn": ["s1"]},
+        ]
+    }
+    model = scripted_model(planning=plan, synthesis="done")
+    app = create_app(
+        model=model.model,
+        tools=[LongNamedTool(), AskHuman()],
+        storage="memory://",
+        settings=ServerSettings(poll_interval_s=0.1),
+    )
+    with serve_in_thread(app) as url:
+        httpx.post(f"{url}/threads/t-long/runs?wait=true", json={"query": "go"}, timeout=30)
+        for width in (1400, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{url}/#/t/t-long")
+            page.reload()  # a fresh page at each width
+            page.wait_for_selector("form.approval[data-step-id=s2]")
+            page.click("g.node[data-step-id=s1]")
+            page.wait_for_selector("#step h2:has-text('Step s1')")
+            page.screenshot(path=tmp_path / f"long-names-{width}.png", full_page=True)
+
+            outside = page.evaluate(
+                """() => {
+                const found = [];
+                for (const node of document.querySelectorAll('g.node')) {
+                  const box = node.querySelector('rect').getBBox();
+                  for (const text of node.querySelectorAll('text')) {
+                    const t = text.getBBox();
+                    if (t.x + t.width > box.x + box.width) found.push(text.textContent);
+                  }
+                }
+                for (const el of document.querySelectorAll('main *')) {
+                  const style = getComputedStyle(el);
+                  if (el.closest('#dag') || style.overflowX === 'auto') continue;
+                  if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0)
+                    found.push(`${el.tagName}.${el.className}: ${el.textContent.slice(0, 60)}`);
+                }
+                return found;
+              }"""
+            )
+            assert not outside, (width, outside)
+            assert name in page.inner_text("#step")  # whole where there is room
+        page.goto("about:blank")  # the page lets go of the server before it stops

@@ -113,4 +113,4 @@ def test_a_failed_run_is_a_problem(make_server: Any) -> None:
         )
 
     assert failed.value.status_code == 502
-    assert failed.value.response.json()["code"] == "PLAN_INVALID"
+    assert failed.value.code == "PLAN_INVALID"  # OpenAI's error shape, which the SDK reads

@@ -156,6 +156,27 @@ def test_two_servers_on_one_postgresql_serve_the_same_threads(
         first.stop()
 
 
+def test_a_suspension_decided_on_two_servers_is_already_decided_on_the_second(
+    database: str, other: ServeProcess, log: Path
+) -> None:
+    first = start_server(database, log)
+    try:
+        suspended = first.client.post(
+            "/threads/t-twice/runs?wait=true", json={"query": "approve slowly"}
+        ).json()
+        path = f"/threads/t-twice/suspensions/{suspended['metadata']['suspensionId']}/decision"
+
+        won = first.client.post(path, json={"approved": True})
+        wait_for(lambda: ("started", "t-twice", "s2") in work_log(log))  # it holds the thread
+        lost = other.client.post(path, json={"approved": False})
+    finally:
+        first.stop()
+
+    assert won.status_code == 202
+    assert lost.status_code == 409, lost.json()
+    assert lost.json()["code"] == "SUSPENSION_ALREADY_DECIDED"
+
+
 def test_sigterm_finishes_short_runs_and_interrupts_long_ones_for_a_retry(
     database: str, other: ServeProcess, log: Path
 ) -> None:

@@ -35,15 +35,20 @@ function go(threadId, runId = null) {
 }
 
 // -- loading ---------------------------------------------------------------------------------
-async function guarded(work) {
+// Runs `work`, showing its error; true when it succeeded. A failed action's error (asking,
+// deciding) stays until the next action: background refreshes do not clear it.
+async function guarded(work, { action = false } = {}) {
+  let ok = true;
   try {
     await work();
-    state.notice = null;
+    if (action || !state.noticeOfAction) Object.assign(state, { notice: null, noticeOfAction: false });
   } catch (error) {
+    ok = false;
     if (error instanceof ApiError && error.status === 401) showKeyForm(error.message);
-    else state.notice = error.message || String(error);
+    else Object.assign(state, { notice: error.message || String(error), noticeOfAction: action });
   }
   render();
+  return ok;
 }
 
 const loadThreads = () => guarded(async () => { state.threads = (await api("threads?limit=100")).threads; });
@@ -159,7 +164,7 @@ function onEvent(event) {
       break;
     case "session:end":
       live.status = data.status;
-      live.tookMs += data.duration_ms || 0;
+      live.tookMs = data.duration_ms ?? live.tookMs; // the run's total, earlier parts included
       live.startedAt = null;
       refreshRun(event.runId);
       loadThreads();
@@ -170,7 +175,7 @@ function onEvent(event) {
 
 // -- actions ---------------------------------------------------------------------------------
 async function ask(threadId, query) {
-  await guarded(async () => {
+  return guarded(async () => {
     const run = await api(`threads/${encodeURIComponent(threadId)}/runs`, { method: "POST", body: { query } });
     if (threadId === state.threadId) {
       state.runs.push(run);
@@ -178,7 +183,7 @@ async function ask(threadId, query) {
     }
     go(threadId, run.runId);
     loadThreads();
-  });
+  }, { action: true });
 }
 
 async function decide(suspension, approved, form) {
@@ -199,7 +204,7 @@ async function decide(suspension, approved, form) {
     await api(path, { method: "POST", body: { approved, reason, modifiedArgs: modified } });
     approvals.delete(suspension.suspensionId);
     refreshRun(suspension.runId);
-  });
+  }, { action: true });
 }
 
 function showKeyForm(message) {
@@ -215,7 +220,9 @@ function askForm(threadId) {
     "aria-label": "thread id", title: "thread id: letters, digits and ._:-" });
   return h("form", { class: "ask card", onsubmit: (e) => {
     e.preventDefault();
-    if (query.value.trim()) ask(threadId || thread.value.trim(), query.value.trim()).then(() => (query.value = ""));
+    if (query.value.trim()) ask(threadId || thread.value.trim(), query.value.trim()).then((ok) => {
+      if (ok) query.value = ""; // kept when asking failed, to be sent again
+    });
   } },
   h("label", { for: "query" }, threadId ? `Ask on ${threadId}` : "Ask a new question"),
   h("div", { class: "ask-row" }, thread, query, h("button", { id: "ask", type: "submit" }, "Ask")));

@@ -5,6 +5,12 @@ const NS = "http://www.w3.org/2000/svg";
 const W = 168, H = 48, GAP_X = 28, GAP_Y = 46, PAD = 16;
 const REFERENCE = /\{\{\s*([A-Za-z0-9_-]+)\.output/g;
 
+// A label cut to `chars` characters (with an ellipsis) so it stays inside its node; the
+// node's title holds it whole.
+function fit(text, chars) {
+  return text.length <= chars ? text : `${text.slice(0, chars - 1)}…`;
+}
+
 function svg(tag, attrs = {}, ...children) {
   const el = document.createElementNS(NS, tag);
   for (const [key, value] of Object.entries(attrs)) if (value !== undefined) el.setAttribute(key, value);
@@ -90,9 +96,9 @@ export function drawDag(plan, statusOf, selected, onSelect) {
     const title = svg("title", {});
     title.textContent = `${step.id} · ${step.tool || "reasoning"} · ${status}${step.description ? `\n${step.description}` : ""}`;
     const label = svg("text", { x: x + 10, y: y + 19, class: "node-id" });
-    label.textContent = step.id;
+    label.textContent = fit(step.id, 17);
     const tool = svg("text", { x: x + 10, y: y + 37, class: "node-tool" });
-    tool.textContent = `${step.tool || "reasoning"} · ${status.replace("_", " ")}`;
+    tool.textContent = fit(`${step.tool || "reasoning"} · ${status.replace("_", " ")}`, 25);
     const node = svg("g", {
       class: `node ${status}${selected === step.id ? " selected" : ""}`,
       "data-step-id": step.id, "data-status": status, tabindex: "0", role: "button",
