@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
@@ -151,6 +151,8 @@ class ArtInstance:
         self._portal_lock = threading.Lock()
         self._portal: Portal | None = None
         self._active: dict[str, Run] = {}  # the runs under way, for `cancel`
+        # Calls that have not built their run yet (taking the lease, run:before hooks).
+        self._starting: dict[str, list[_Starting]] = {}
         self._closed = False
         self._queue: RunQueue | None = None
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
@@ -349,7 +351,7 @@ class ArtInstance:
         config = self._config_for(opts)
         await self._prepare()
         started = time.perf_counter()
-        with self._secrets_in_use(opts):
+        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
             try:
                 async with self.storage.lease(thread_id):
                     try:
@@ -380,9 +382,14 @@ class ArtInstance:
                         "suspension_id": suspension_id,
                         "decision": decided.decision,
                     }
+                    starting.hand_over(run)
                     return await self._drive(run, start, resumed=decided)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started)
+            except asyncio.CancelledError:
+                if not starting.owns_cancel():
+                    raise
+                return await self._cancelled_at_start(thread_id, starting, started)
 
     def resume_execution(
         self,
@@ -517,13 +524,27 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        run = self._active.get(_storable(thread_id))
-        if run is None or (run_id is not None and run.context.run_id != run_id):
-            return False
+        thread_id = _storable(thread_id)
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        run = self._active.get(thread_id)
+        if run is None:
+            # Not started yet (taking the thread's lease, in run:before hooks): stop there.
+            calls = [
+                s
+                for s in list(self._starting.get(thread_id, ()))
+                if run_id is None or s.run_id == run_id
+            ]
+            for starting in calls:
+                if running is starting.loop:
+                    starting.cancel(reason)
+                else:
+                    starting.loop.call_soon_threadsafe(starting.cancel, reason)
+            return bool(calls)
+        if run_id is not None and run.context.run_id != run_id:
+            return False
         if running is run.loop:
             run.cancel(reason)
         else:
@@ -740,7 +761,7 @@ class ArtInstance:
         opts = _options(options)
         config = self._config_for(opts)
         await self._prepare()
-        with self._secrets_in_use(opts):
+        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
             try:
                 async with self.storage.lease(thread_id):
                     try:
@@ -762,9 +783,40 @@ class ArtInstance:
                         started=started,
                     )
                     start = {"continued": continued, "tools": setup.registry.names()}
+                    starting.hand_over(run)
                     return await self._drive(run, start)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started, sinks=sinks)
+            except asyncio.CancelledError:
+                if not starting.owns_cancel():
+                    raise
+                return await self._cancelled_at_start(thread_id, starting, started, sinks=sinks)
+
+    @contextlib.contextmanager
+    def _start(self, thread_id: str, run_id: str | None) -> Iterator[_Starting]:
+        """The call's place in `_starting` until it hands over to its run (or ends)."""
+        starting = _Starting(asyncio.current_task(), asyncio.get_running_loop(), run_id)
+        self._starting.setdefault(thread_id, []).append(starting)
+        try:
+            yield starting
+        finally:
+            calls = self._starting.get(thread_id, [])
+            if starting in calls:
+                calls.remove(starting)
+            if not calls:
+                self._starting.pop(thread_id, None)
+
+    async def _cancelled_at_start(
+        self,
+        thread_id: str,
+        starting: _Starting,
+        started: float,
+        *,
+        sinks: Sequence[Callable[[Event], None]] = (),
+    ) -> AgentFinalResponse:
+        """The response of a call cancelled before its run existed (nothing was stored)."""
+        error = RunError(code=RunErrorCode.CANCELLED, message=starting.reason or "cancelled")
+        return await refused_response(self.events, thread_id, error, started, sinks=sinks)
 
     async def _busy(
         self,
@@ -783,6 +835,36 @@ class ArtInstance:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+class _Starting:
+    """A `process` or resume call before its run exists: `cancel` cancels its task, which
+    then answers CANCELLED; once handed over, a cancel goes to the run."""
+
+    def __init__(
+        self, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
+    ) -> None:
+        self.task = task
+        self.loop = loop
+        self.run_id = run_id
+        self.reason: str | None = None
+        self._run: Run | None = None
+
+    def hand_over(self, run: Run) -> None:
+        self._run = run
+
+    def cancel(self, reason: str) -> None:
+        """On the call's loop."""
+        if self._run is not None:
+            self._run.cancel(reason)  # it started meanwhile
+        elif self.reason is None and self.task is not None and not self.task.done():
+            self.reason = reason
+            self.task.cancel()
+
+    def owns_cancel(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        return self.reason is not None and self.task is not None and self.task.uncancel() == 0
+
 
 #: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
 _ALL_MESSAGES = 2**62

@@ -219,6 +219,36 @@ async def test_a_run_cancelled_as_its_session_starts_never_calls_the_model(fake_
         assert fake_provider.requests == []
 
 
+async def test_cancel_before_the_run_exists_in_a_slow_run_before_hook(fake_provider):
+    async with instance(fake_provider) as inst:
+        entered = asyncio.Event()
+
+        async def slow_setup(data, context):
+            entered.set()
+            await asyncio.sleep(60)  # a hook asking a slow service for the user's context
+
+        inst.on("run:before", slow_setup)
+        ended = []
+        inst.on("session:end", lambda data, context: ended.append(data))
+        task = asyncio.create_task(inst.aprocess("go", "t"))
+        async with asyncio.timeout(GUARD_S):
+            await entered.wait()
+        cancelled_at = time.monotonic()
+        assert inst.cancel("t", "stop now")
+        async with asyncio.timeout(GUARD_S):
+            response = await task
+        assert time.monotonic() - cancelled_at < CANCEL_WITHIN_S
+        assert response.metadata.error.code == "CANCELLED"
+        assert response.metadata.error.message == "stop now"
+        assert (await inst.aget_state("t")).runs == []  # nothing was stored
+        assert ended == [] and fake_provider.requests == []
+        assert not inst.cancel("t")
+        # The thread is free again.
+        fake_provider.queue(plan(ECHO_STEP), Answer("done"))
+        inst.off("run:before")
+        assert (await inst.aprocess("go", "t")).status == "success"
+
+
 # -- the doors ------------------------------------------------------------------------------
 
 
