@@ -431,10 +431,12 @@ def resume(
                     for s in await _pending_suspensions(inst, thread_id)
                     if s["suspension_id"] == suspension_id
                 }
-            response = await _live(
-                out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
-            )
-            return await _finish(out, inst, view, response, launch)
+            with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+                response = await _live(
+                    out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
+                )
+            code = await _finish(out, inst, view, response, launch)
+            return EXIT_INTERRUPTED if interrupted else code
 
     _exit(_guard(out, do_resume))
 
@@ -597,8 +599,8 @@ async def _run(
 
 @contextlib.contextmanager
 def _cancel_on_interrupt(out: Output, inst: ArtInstance, thread_id: str) -> Iterator[list[bool]]:
-    """Ctrl-C cancels the run, which ends CANCELLED with what finished stored (the list
-    yielded becomes non-empty); a second Ctrl-C interrupts at once."""
+    """Ctrl-C cancels the run (`art run`, `art resume`), which ends CANCELLED with what
+    finished stored (the list yielded becomes non-empty); a second Ctrl-C quits at once."""
     import asyncio
     import signal
 
