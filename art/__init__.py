@@ -80,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "StorageError": "art.errors",
     "SuspensionError": "art.errors",
     "ResponseError": "art.errors",
+    "ForkError": "art.errors",
     "ToolErrorCode": "art.errors",
     "ModelErrorCode": "art.errors",
     "RunErrorCode": "art.errors",
@@ -128,6 +129,7 @@ if TYPE_CHECKING:
     from art.core.usage import TokenUsage as TokenUsage
     from art.errors import ArtError as ArtError
     from art.errors import ConfigurationError as ConfigurationError
+    from art.errors import ForkError as ForkError
     from art.errors import ModelError as ModelError
     from art.errors import ModelErrorCode as ModelErrorCode
     from art.errors import PlanError as PlanError

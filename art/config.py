@@ -49,6 +49,10 @@ class ExecutionConfig(ArtModel):
     # How long a timed-out or cancelled tool call may take to stop before it is abandoned.
     tool_stop_grace_s: float = Field(5.0, ge=0)
     step_max_retries: int = Field(2, ge=0)
+    # Whether a step attempt cut short by its process dying counts against
+    # step_max_retries when the run is continued. Queued runs turn it off: the queue
+    # bounds worker deaths itself (QueueConfig.max_worker_deaths).
+    count_interrupted_attempts: bool = True
     retry_backoff_s: float = Field(0.5, ge=0)
     max_plan_attempts: int = Field(3, ge=1)
     max_replans: int = Field(1, ge=0)
@@ -150,6 +154,10 @@ class QueueConfig(ArtModel):
     # Workers delete a finished run's job this long after it ended (the run stays in
     # storage; its handle then reads it there). None keeps every job.
     keep_finished_s: float | None = Field(7 * 86400.0, ge=0)
+    # A run whose worker died while it ran alone on it this many times is not run again:
+    # it ends `failed` with code WORKER_DIED (its job dead-lettered) and its thread goes on.
+    # Runs that shared the dead worker are not charged: they run again alone first.
+    max_worker_deaths: int = Field(3, ge=1, le=100)
 
     @model_validator(mode="after")
     def _stalled_after_heartbeats(self) -> QueueConfig:

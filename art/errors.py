@@ -10,6 +10,7 @@ Exceptions are sorted by who must act::
     ├── ThreadBusyError         another worker holds the thread's lease (code THREAD_BUSY)
     ├── StorageError            the storage cannot be opened or used (code STORAGE_ERROR)
     ├── SuspensionError         resume of an unknown or already-decided suspension
+    ├── ForkError               a fork of an unknown run or step, or with arguments that do not fit
     └── ResponseError           raised by AgentFinalResponse.raise_for_status()
 
 Failures at run time do not escape `process`: they come back as a response with
@@ -84,6 +85,8 @@ class RunErrorCode(StrEnum):
     SUSPENSION_ALREADY_DECIDED = "SUSPENSION_ALREADY_DECIDED"
     STORAGE_ERROR = "STORAGE_ERROR"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    # A queued run's worker died while running it, `QueueConfig.max_worker_deaths` times.
+    WORKER_DIED = "WORKER_DIED"
     # A `message:before` hook refused a planning or synthesis call.
     VETOED = "VETOED"
     # The answer did not end normally (cut by the output limit, filtered, or its stream
@@ -160,6 +163,13 @@ class StorageError(ArtError):
 
 class SuspensionError(ArtError):
     """Resume of a suspension that does not exist or was already decided."""
+
+
+class ForkError(ArtError):
+    """A fork of a run that does not exist or has no plan, from a step it does not have,
+    or with arguments that make its plan invalid (`details` lists the problems)."""
+
+    code = "FORK_INVALID"
 
 
 class ResponseError(ArtError):

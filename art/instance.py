@@ -33,6 +33,7 @@ from art.core.models import ArtModel
 from art.core.spans import SpanContext
 from art.core.sync import Portal
 from art.engine.context import RunContext
+from art.engine.fork import fork_record
 from art.engine.run import (
     HISTORY_LIMIT,
     Run,
@@ -44,7 +45,7 @@ from art.engine.run import (
     refused_response,
 )
 from art.engine.suspension import Decision, SuspendedState, parse_decision
-from art.errors import ConfigurationError, RunErrorCode, ThreadBusyError
+from art.errors import ConfigurationError, ForkError, RunErrorCode, ThreadBusyError
 from art.llm.model import model_name
 from art.observe.events import Event, EventBus, Hook, HookVeto, RunEvents
 from art.responses import AgentFinalResponse, ConversationMessage, RunError
@@ -145,6 +146,8 @@ class ArtInstance:
             given = self.config.mcp_servers
             self._mcp = given if isinstance(given, MCPClient) else MCPClient(given)
             self._owns_mcp = self._mcp is not given
+            # The servers' sampling requests are answered by this instance's model.
+            self._mcp.attach_sampler(self._mcp_sampler())
         self._opened = False
         self._providers_ready = False
         self._llm: LLMClient | None = None
@@ -400,6 +403,48 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         """Sync `aresume_execution`."""
         return self._sync(self.aresume_execution(thread_id, suspension_id, decision, options))
+
+    async def afork(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_id: str,
+        *,
+        args: Mapping[str, Any] | None = None,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> AgentFinalResponse:
+        """Run a stored run again from `step_id` (with `args` for that step, if given) as a
+        new run of the thread, reusing the outputs of its finished steps that are not
+        downstream of it (a fork; see docs/state.md). `options` are `process`'s, e.g.
+        `llm_params` for another model. Raises ForkError for an unknown run or step or
+        arguments that make the plan invalid, ThreadBusyError while a run is active on the
+        thread."""
+        self._check_open()
+        await self._prepare()
+        source = await self.storage.get_run(run_id)
+        if source is None or source.thread_id != thread_id:
+            raise ForkError(f"no run {run_id!r} on thread {thread_id!r}", code="FORK_RUN_NOT_FOUND")
+        record = fork_record(
+            source, step_id, self.registry, args=dict(args) if args is not None else None
+        )
+        async with self.storage.lease(thread_id):
+            if await self.storage.get_active_run(thread_id) is not None:
+                raise ThreadBusyError(thread_id)
+            await self.storage.create_run(record)
+        opts = _options(options).model_copy(update={"run_id": record.run_id})
+        return await self.aprocess(source.query, thread_id, opts)
+
+    def fork(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_id: str,
+        *,
+        args: Mapping[str, Any] | None = None,
+        options: ProcessOptions | Mapping[str, Any] | None = None,
+    ) -> AgentFinalResponse:
+        """Sync `afork`."""
+        return self._sync(self.afork(thread_id, run_id, step_id, args=args, options=options))
 
     async def acheck_for_suspended_state(self, thread_id: str) -> SuspendedState | None:
         """The thread's suspended run and its pending suspensions, or None."""
@@ -683,6 +728,13 @@ class ArtInstance:
                 for tool in tools:
                     if self.registry.get(tool.name) is not tool:
                         self.registry.register(tool)
+
+    def _mcp_sampler(self) -> Any:
+        from art.adapters.mcp.sampling import Sampler
+        from art.llm.model import LiteLLMModel
+
+        model = self.config.model_objects().get(self.model) or LiteLLMModel(self.model)
+        return Sampler(model, self.config.llm_params)
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""

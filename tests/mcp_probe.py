@@ -17,17 +17,19 @@ import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
 
 server = MCPServer("probe")
 
 
-@server.tool()
+# Read-only, so art's MCP client calls them without asking a person first.
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def request_headers(ctx: Context) -> dict[str, str]:
     """The HTTP headers of the request that called this tool (empty over stdio)."""
     return dict(ctx.headers or {})
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def wait(tag: str, seconds: float) -> str:
     """Waits `seconds`, writing `cancelled <tag>` to MCP_PROBE_LOG if cancelled first."""
     try:
@@ -36,6 +38,16 @@ async def wait(tag: str, seconds: float) -> str:
         with Path(os.environ["MCP_PROBE_LOG"]).open("a", encoding="utf-8") as log:  # noqa: ASYNC230
             log.write(f"cancelled {tag}\n")
         raise
+    return f"waited {seconds:g} s"
+
+
+# Not idempotent: a call that failed half-way must not be repeated by a retry.
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+async def wait_and_count(seconds: float) -> str:
+    """Waits `seconds`, then says so; each call counts (MCP_PROBE_LOG gets `started`)."""
+    with Path(os.environ["MCP_PROBE_LOG"]).open("a", encoding="utf-8") as log:  # noqa: ASYNC230
+        log.write("started\n")
+    await asyncio.sleep(seconds)
     return f"waited {seconds:g} s"
 
 

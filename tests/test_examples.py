@@ -319,6 +319,19 @@ def test_every_example_is_exercised_here():
 
 
 @pytest.mark.slow
+def test_team_server(tmp_path):
+    out = _ok(run_example("team_server.py", cwd=tmp_path))
+    assert "alice creates order-7 -> 201, owner alice" in out
+    assert "alice's run: success; The order costs $144." in out
+    assert "bob reads order-7 -> 404 (not his)" in out
+    assert "bob's threads: []" in out
+    assert "alice's sales threads: ['order-7']" in out
+    assert "the enqueued run: success" in out
+    assert "outputs [120, 132.0], 1 tool call (s1 kept)" in out
+    assert out.count("webhook: run.ended success signed=True") == 3
+
+
+@pytest.mark.slow
 def test_http_api(tmp_path):
     out = _ok(run_example("http_api.py", cwd=tmp_path))
     assert re.search(r"serving on http://127\.0\.0\.1:\d+/", out)

@@ -141,7 +141,7 @@ CASES = {
     "storage fails": Case(
         [plan("ok"), Answer("fine")],
         storage=StoreFailsOnCompletedStep(),
-        status="error",
+        status="raises",  # nowhere to record a response: process raises the StorageError
         expected={"source": "storage", "code": "STORAGE_ERROR", "recoverable": False},
     ),
     "hook raises": Case(
@@ -160,8 +160,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-async def test_each_failure_is_reported_once(kind, fake_provider: FakeProvider):
+async def test_each_failure_is_reported_once(kind, fake_provider: FakeProvider, monkeypatch):
     case = CASES[kind]
+    monkeypatch.setattr("art.engine.run.STEP_SAVE_RETRY_S", 0.05)  # storage retries briefly
     fake_provider.queue(*case.replies)
     on_error: list[dict[str, Any]] = []
 
@@ -192,15 +193,18 @@ async def test_each_failure_is_reported_once(kind, fake_provider: FakeProvider):
                 raise RuntimeError("the hook broke")
 
             inst.on(case.hook, raising)
-        response = await inst.aprocess("go", "t")
-
-    assert response.metadata.status == case.status, response.metadata.error
+        if case.status == "raises":
+            with pytest.raises(StorageError):
+                await inst.aprocess("go", "t")
+        else:
+            response = await inst.aprocess("go", "t")
+            assert response.metadata.status == case.status, response.metadata.error
     assert len(events) == 1, events
     assert len(on_error) == 1, on_error
     [event] = events
     assert set(event) >= ERROR_FIELDS
     assert event["message"]
     assert event["suggestion"]
-    expected = {"recoverable": case.status != "error", **case.expected}
+    expected = {"recoverable": case.status not in ("error", "raises"), **case.expected}
     assert {key: event[key] for key in expected} == expected
     assert {key: on_error[0][key] for key in expected} == expected

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -109,6 +110,20 @@ def test_every_servers_tools_are_listed_with_their_schemas(servers):
     assert all(s.state == "running" and s.transport == "stdio" for s in statuses.values())
 
 
+def test_a_tool_that_must_run_as_a_task_is_left_out_with_the_reason(servers, caplog):
+    # server-everything's simulate-research-query has execution.taskSupport "required":
+    # a plain call always fails, so it is never offered.
+    assert "everything__simulate_research_query" not in {tool.name for tool in servers.tools}
+    status = {s.name: s for s in servers.status()}["everything"]
+    assert list(status.left_out) == ["simulate-research-query"]
+    assert "taskSupport" in status.left_out["simulate-research-query"]
+    client = MCPClient({"everything": everything_server()})
+    with client:
+        assert "everything__echo" in {tool.name for tool in client.tools}
+    warning = next(r for r in caplog.records if "left out" in r.getMessage())
+    assert "simulate-research-query" in warning.getMessage()
+
+
 # -- a whole run ---------------------------------------------------------------------------
 def test_process_plans_steps_on_mcp_tools_and_gets_their_real_outputs(
     servers, scripted_model, repo
@@ -162,16 +177,34 @@ def test_the_fetch_server_reads_a_page_as_markdown(page, scripted_model):
     assert "| tea | 3 |" in response.steps[0].output  # the HTML table, as markdown
 
 
-def test_images_come_back_as_base64_content_blocks(servers, scripted_model):
-    model = scripted_model(planning=_plan(_step("s1", "everything__get_tiny_image")))
+def test_binary_content_is_kept_as_bytes_and_prompts_only_describe_it(servers, scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__get_tiny_image"),
+            _step("s2", "everything__get_resource_reference", resourceType="Blob", resourceId=1),
+            {"id": "s3", "tool": None, "description": "describe the image", "dependsOn": ["s1"]},
+        )
+    )
     with _instance(model, servers) as inst:
         response = inst.process("Show me the logo", "mcp-image")
+    assert response.status == "success", response.content
     blocks = response.steps[0].output
     assert [block["type"] for block in blocks] == ["text", "image", "text"]
     image = blocks[1]
     assert image["mimeType"] == "image/png"
-    assert base64.b64decode(image["data"]).startswith(b"\x89PNG")
-    json.dumps(response.model_dump(mode="json"))  # the whole response stays JSON-safe
+    assert isinstance(image["data"], bytes) and image["data"].startswith(b"\x89PNG")
+    blob = response.steps[1].output[1]["resource"]["blob"]
+    assert isinstance(blob, bytes) and blob.startswith(b"Resource 1:")
+    encoded = base64.b64encode(image["data"]).decode()
+    prompts = [*model.calls_for("step"), *model.calls_for("synthesis")]
+    assert len(prompts) == 2
+    for call in prompts:
+        text = json.dumps(call.messages)
+        assert encoded[:40] not in text and base64.b64encode(blob).decode() not in text
+        assert f"<binary data: {len(image['data']):,} bytes, image/png>" in text
+    dumped = response.model_dump(mode="json")
+    json.dumps(dumped)  # the whole response stays JSON-safe, the bytes as {"$bytes": ...}
+    assert dumped["steps"][0]["result"]["output"][1]["data"] == {"$bytes": encoded}
 
 
 def test_an_is_error_result_fails_the_step_with_the_servers_message(servers, scripted_model):
@@ -190,6 +223,29 @@ def test_an_is_error_result_fails_the_step_with_the_servers_message(servers, scr
     assert "Mars/Olympus_Mons" in failed.result.error
     assert failed.result.error_code == "UNKNOWN"
     assert ok.status == "completed" and ok.output["timezone"] == "UTC"
+
+
+@pytest.mark.parametrize(
+    ("server", "tool", "arguments"),
+    [
+        ("everything", "echo", {"message": 5}),  # the TypeScript SDK's zod check
+        ("probe", "wait", {"tag": "t", "seconds": "soon"}),  # the Python SDK's pydantic check
+    ],
+)
+def test_arguments_the_server_rejects_fail_with_validation_error(server, tool, arguments):
+    config = {
+        "everything": everything_server(),
+        "probe": {"command": sys.executable, "args": [str(PROBE), "stdio"]},
+    }
+    context = art.ExecutionContext(thread_id="t", trace_id="0" * 32, call_id="c1")
+    with MCPClient({server: config[server]}) as client:
+        (mcp_tool,) = [t for t in client.tools if t.mcp_name == tool]
+        # Sent as they are (the engine would refuse them against the inputSchema first),
+        # so the server's own check answers.
+        result = asyncio.run(mcp_tool.execute(arguments, context))
+    assert result.status == "error"
+    assert result.error_code == "VALIDATION_ERROR", result.error
+    assert result.retryable is False
 
 
 def test_progress_notifications_become_running_tool_updates(servers, scripted_model):
@@ -349,6 +405,36 @@ def test_a_crashed_server_is_restarted_and_the_step_retried(scripted_model):
         inst.close()
 
 
+@pytest.mark.parametrize("which", ["the server's timeout", "the step's timeout"])
+def test_a_hung_server_is_restarted_so_later_calls_succeed(which, scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__echo", message="hi")))
+    server_timeout = {"timeout": 1} if which == "the server's timeout" else {}
+    step_timeout = {"step_timeout_s": 1.0} if which == "the step's timeout" else {}
+    config = {"everything": {**everything_server(), **server_timeout}}
+    before = mcp_children("mcp-server-everything")  # the shared servers of the other tests
+    inst = _instance(model, config, **step_timeout)
+    first = None
+    try:
+        assert inst.process("Echo", "mcp-hung-1").steps[0].output == "Echo: hi"
+        (first,) = mcp_children("mcp-server-everything") - before
+        os.kill(first, signal.SIGSTOP)  # alive, but never answers again
+        hung = inst.process("Echo", "mcp-hung-2")
+        assert hung.steps[0].result.error_code == "TIMEOUT"
+        started = time.perf_counter()
+        response = inst.process("Echo", "mcp-hung-3")
+        assert response.steps[0].output == "Echo: hi", response.steps[0].result
+        # It waited for the ping to go unanswered and the restart, not another timeout each.
+        assert time.perf_counter() - started < 15
+        (second,) = mcp_children("mcp-server-everything") - before
+        assert second != first and not alive(first)
+        assert inst.process("Echo", "mcp-hung-4").steps[0].output == "Echo: hi"
+    finally:
+        if first is not None:
+            with contextlib.suppress(OSError):
+                os.kill(first, signal.SIGKILL)
+        inst.close()
+
+
 def test_a_server_that_cannot_be_restarted_fails_steps_with_a_clear_error(scripted_model, tmp_path):
     marker = tmp_path / "started-once"
     script = (
@@ -384,6 +470,239 @@ def test_a_server_that_does_not_start_is_left_out_with_a_warning(scripted_model,
     with pytest.raises(MCPServerError, match=r"'missing' .* did not start: command not found"):
         client.start()
     client.close()
+
+
+# -- log notifications and sampling ---------------------------------------------------------
+def test_a_servers_log_notifications_become_running_updates_of_its_calls(scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__toggle_simulated_logging"),
+            # server-everything then logs every 5 s: at least once during this call
+            {
+                **_step("s2", "everything__trigger_long_running_operation", duration=6, steps=2),
+                "dependsOn": ["s1"],
+            },
+        )
+    )
+    updates = []
+    with _instance(model, {"everything": everything_server()}) as inst:
+        inst.on("tool:update", lambda data, context: updates.append(data))
+        response = inst.process("Log while working", "mcp-logs")
+    assert response.status == "success", response.content
+    logs = [u for u in updates if "mcp_log" in u.get("metadata", {})]
+    assert logs, updates
+    entry = logs[-1]
+    assert entry["stage"] == "running" and entry["step_id"] == "s2"
+    assert entry["metadata"]["mcp_log"]["level"] in {
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    }
+    assert entry["title"].startswith(entry["metadata"]["mcp_log"]["level"] + ": ")
+    assert "message" in entry["title"]
+
+
+def test_sampling_requests_are_answered_by_the_agents_model_within_the_limits(scripted_model):
+    model = scripted_model(
+        planning=_plan(
+            _step("s1", "everything__trigger_sampling_request", prompt="a haiku", maxTokens=500),
+            {
+                **_step("s2", "everything__trigger_sampling_request", prompt="again", maxTokens=5),
+                "dependsOn": ["s1"],
+            },
+        ),
+        default="Leaves fall quietly",
+    )
+    config = {
+        "everything": {**everything_server(), "samplingMaxTokens": 64, "samplingPerMinute": 1}
+    }
+    with _instance(model, config) as inst:
+        response = inst.process("Sample twice", "mcp-sampling")
+    first, second = response.steps
+    assert first.status == "completed", first.result
+    assert "Leaves fall quietly" in first.output
+    (sampled,) = model.calls_for("sampling")  # the second one was over the limit
+    assert sampled.params["max_tokens"] == 64  # the server asked for 500: the ceiling holds
+    assert "a haiku" in json.dumps(sampled.messages)
+    assert sampled.messages[0] == {"role": "system", "content": "You are a helpful test server."}
+    assert second.status == "failed"
+    assert "sampling limit reached (1 requests a minute)" in second.result.error
+
+
+def test_a_server_not_allowed_to_sample_does_not_offer_its_sampling_tools():
+    with MCPClient({"everything": {**everything_server(), "sampling": False}}) as client:
+        names = {tool.mcp_name for tool in client.tools}
+    assert "trigger-sampling-request" not in names and "echo" in names
+
+
+def test_an_elicitation_suspends_the_run_and_the_answer_runs_the_call_again(scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    with _instance(model, {"everything": everything_server()}) as inst:
+        response = inst.process("Ask me", "mcp-elicit")
+        assert response.status == "suspended"
+        (suspension,) = inst.check_for_suspended_state("mcp-elicit").suspensions
+        asked = suspension.prompt
+        assert asked["question"] == asked["elicitation"]["message"]
+        assert asked["elicitation"]["mode"] == "form"
+        assert asked["elicitation"]["requestedSchema"]["required"] == ["name"]
+        answer = {"name": "Ada", "integer": 7}
+        done = inst.resume_execution(
+            "mcp-elicit", suspension.suspension_id, {"approved": True, "modified_args": answer}
+        )
+    assert done.status == "success", done.content
+    output = done.steps[0].output
+    assert "User provided the requested information" in output
+    assert '"name": "Ada"' in output and '"integer": 7' in output
+
+
+def test_art_resume_answers_an_elicitation(scripted_model, tmp_path, restore_logging):
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"everything": everything_server()}}))
+    storage = f"sqlite:///{tmp_path / 'art.db'}"
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    common = ["--mcp-config", str(config), "--model", model.model, "--storage", storage]
+    asked = CliRunner().invoke(app, ["run", "Ask me", "-T", "cli-elicit", *common, "--json"])
+    suspension_id = json.loads(asked.stdout)["metadata"]["suspensionId"]
+    answer = json.dumps({"name": "Grace"})
+    decide = ["resume", "cli-elicit", suspension_id, "--approve", "--modified-args", answer]
+    done = CliRunner().invoke(app, [*decide, *common, "--json"])
+    assert done.exit_code == EXIT_OK, done.output
+    (step,) = json.loads(done.stdout)["steps"]
+    assert '"name": "Grace"' in step["result"]["output"]
+
+
+def test_the_http_api_answers_an_elicitation(scripted_model):
+    import httpx
+
+    from art.server import create_app, serve_in_thread
+
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    app = create_app(
+        model=model.model, storage="memory://", mcp_servers={"everything": everything_server()}
+    )
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        asked = client.post("/threads/api-elicit/runs?wait=true", json={"query": "Ask me"})
+        assert asked.json()["metadata"]["status"] == "suspended", asked.text
+        (pending,) = client.get("/threads/api-elicit/suspensions").json()["suspensions"]
+        assert pending["prompt"]["elicitation"]["requestedSchema"]["required"] == ["name"]
+        done = client.post(
+            f"/threads/api-elicit/suspensions/{pending['suspensionId']}/decision?wait=true",
+            json={"approved": True, "modifiedArgs": {"name": "Lin"}},
+        ).json()
+    assert done["metadata"]["status"] == "success"
+    assert '"name": "Lin"' in done["steps"][0]["result"]["output"]
+
+
+def test_a_rejected_elicitation_fails_the_step_without_calling_again(scripted_model):
+    model = scripted_model(planning=_plan(_step("s1", "everything__trigger_elicitation_request")))
+    with _instance(model, {"everything": everything_server()}) as inst:
+        response = inst.process("Ask me", "mcp-elicit-no")
+        done = inst.resume_execution(
+            "mcp-elicit-no", response.metadata.suspension_id, {"approved": False, "reason": "no"}
+        )
+    assert done.steps[0].status == "failed"
+    assert "rejected by a human reviewer: no" in done.steps[0].reason
+
+
+# -- approval and retries ------------------------------------------------------------------
+def _staged_repo(path: Path) -> Path:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}
+    env |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b.c"}
+    subprocess.run(["git", "init", "-q"], cwd=path, env=env, check=True)
+    commit = ["git", "commit", "-q", "--allow-empty", "-m", "c1"]
+    subprocess.run(commit, cwd=path, env=env, check=True)
+    (path / "notes.txt").write_text("draft")
+    subprocess.run(["git", "add", "notes.txt"], cwd=path, check=True)
+    return path
+
+
+def _staged(repo: Path) -> list[str]:
+    names = subprocess.run(
+        ["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True, text=True
+    )
+    return names.stdout.split()
+
+
+@pytest.mark.parametrize("decision", [True, False])
+def test_a_destructive_tool_waits_for_a_persons_approval(decision, scripted_model, tmp_path):
+    repo = _staged_repo(tmp_path)
+    # git_reset says destructiveHint: true, so by default it asks first.
+    model = scripted_model(planning=_plan(_step("s1", "git__git_reset", repo_path=str(repo))))
+    with _instance(model, {"git": git_server()}) as inst:
+        response = inst.process("Unstage everything", "mcp-approve")
+        assert response.status == "suspended"
+        assert _staged(repo) == ["notes.txt"]  # nothing ran yet
+        state = inst.check_for_suspended_state("mcp-approve")
+        (suspension,) = state.suspensions
+        assert suspension.prompt["tool"] == "git_reset"
+        assert suspension.prompt["arguments"] == {"repo_path": str(repo)}
+        assert suspension.prompt["annotations"]["destructiveHint"] is True
+        done = inst.resume_execution(
+            "mcp-approve", response.metadata.suspension_id, {"approved": decision}
+        )
+    if decision:
+        assert done.status == "success", done.content
+        assert "reset" in done.steps[0].output.lower()
+        assert _staged(repo) == []
+    else:
+        assert done.steps[0].status == "failed"
+        assert _staged(repo) == ["notes.txt"]  # a rejected call never reaches the server
+
+
+@pytest.mark.parametrize(
+    ("settings", "asking"),
+    [
+        ({}, {"git_reset"}),  # the default: the tools annotated destructive
+        ({"autoApprove": ["git_reset"]}, set()),  # Cline's list
+        ({"alwaysAllow": ["git_reset"]}, set()),  # Roo Code's list
+        ({"requireApproval": ["git_log"]}, {"git_reset", "git_log"}),
+        ({"approval": "never"}, set()),
+        ({"approval": "always", "autoApprove": ["git_status"]}, "all but git_status"),
+    ],
+)
+def test_annotations_and_the_configs_lists_decide_which_tools_ask(settings, asking):
+    with MCPClient({"git": {**git_server(), **settings}}) as client:
+        tools = {tool.mcp_name: tool.schema for tool in client.tools}
+    if asking == "all but git_status":
+        asking = set(tools) - {"git_status"}
+    assert {name for name, schema in tools.items() if schema.mode == "blocking"} == asking
+    assert all(tools[name].runs_on_approval for name in asking)
+
+
+def test_a_tool_that_is_not_idempotent_is_not_retried_after_its_server_crashed(
+    scripted_model, tmp_path
+):
+    log = tmp_path / "probe.log"
+    probe = {
+        "command": sys.executable,
+        "args": [str(PROBE), "stdio"],
+        "env": {"MCP_PROBE_LOG": str(log)},
+    }
+    model = scripted_model(planning=_plan(_step("s1", "probe__wait_and_count", seconds=30)))
+    inst = _instance(model, {"probe": probe}, step_max_retries=2, retry_backoff_s=0)
+    try:
+        killer = threading.Thread(target=_kill_when_started, args=(log,))
+        killer.start()
+        response = inst.process("Wait", "mcp-not-idempotent")
+        killer.join()
+    finally:
+        inst.close()
+    step = response.steps[0]
+    assert step.result.error_code == "IO_ERROR" and not step.result.retryable
+    assert step.attempts == 1 and log.read_text().split() == ["started"]
+
+
+def _kill_when_started(log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and log.read_text()):
+        time.sleep(0.05)
+    for pid in mcp_children(str(PROBE)):
+        os.kill(pid, signal.SIGKILL)
 
 
 # -- HTTP ----------------------------------------------------------------------------------

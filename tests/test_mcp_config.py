@@ -5,11 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import mcp_types
 import pytest
 
-from art.adapters.mcp import MCPConfig, MCPServerConfig, MCPTool, load_mcp_config, tool_result
+import art
+from art.adapters.mcp import (
+    MCPClient,
+    MCPConfig,
+    MCPServerConfig,
+    MCPTool,
+    load_mcp_config,
+    tool_result,
+)
 from art.adapters.mcp.naming import snake_case, tool_names
 from art.errors import ConfigurationError
 from art.tooling.registry import TOOL_NAME_PATTERN, ToolRegistry
@@ -210,7 +219,7 @@ def test_text_content_is_the_output_as_one_string():
     assert tool_result(_result(content=[]), "c1", "t").output == ""
 
 
-def test_images_audio_and_resources_are_kept_as_json_safe_blocks():
+def test_binary_data_in_images_audio_and_resources_becomes_bytes():
     blocks = [
         {"type": "text", "text": "Here it is:"},
         {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
@@ -223,8 +232,17 @@ def test_images_audio_and_resources_are_kept_as_json_safe_blocks():
     ]
     result = tool_result(_result(content=blocks), "c1", "t")
     assert result.status == "success"
-    assert result.output == blocks
-    json.dumps(result.output)  # JSON-safe as it is
+    assert result.output == [
+        blocks[0],
+        {"type": "image", "data": b"\x89PNG\r\n\x1a\n", "mimeType": "image/png"},
+        {"type": "audio", "data": b"RIFF", "mimeType": "audio/wav"},
+        {"type": "resource", "resource": {**blocks[3]["resource"], "blob": b"\x00\x01\x02"}},
+        blocks[4],
+    ]
+    # JSON carries the bytes losslessly, as {"$bytes": base64}
+    dumped = result.model_dump(mode="json")["output"]
+    assert dumped[1]["data"] == {"$bytes": "iVBORw0KGgo="}
+    assert art.ToolResult.model_validate_json(result.model_dump_json()).output == result.output
 
 
 def test_is_error_becomes_an_error_result_with_the_servers_message():
@@ -257,3 +275,74 @@ def test_missing_npm_server_fails_under_ci_and_skips_otherwise(monkeypatch, tmp_
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="is not installed"):
         mcp_fixtures.require_everything()
+
+
+# -- VS Code's variables, inputs and envFile -----------------------------------------------
+VSCODE = {
+    "inputs": [
+        {"type": "promptString", "id": "api-key", "description": "Search API key", "password": True}
+    ],
+    "servers": {
+        "files": {
+            "type": "stdio",
+            "command": "npx",
+            "args": ["${workspaceFolder}/docs", "${workspaceFolderBasename}", "${env:HOME}"],
+            "env": {"MODE": "strict", "WHERE": "${userHome}${pathSeparator}x"},
+            "envFile": "${workspaceFolder}/.env",
+        },
+        "search": {
+            "type": "http",
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer ${input:api-key}"},
+        },
+    },
+}
+
+
+def _vscode_workspace(tmp_path) -> Path:
+    workspace = tmp_path / "proj"
+    (workspace / ".vscode").mkdir(parents=True)
+    (workspace / ".vscode" / "mcp.json").write_text(json.dumps(VSCODE))
+    (workspace / ".env").write_text('# secrets\nTOKEN="t0k"\nexport MODE=loose\n')
+    return workspace / ".vscode" / "mcp.json"
+
+
+def test_vscode_variables_and_env_file_are_resolved(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = MCPConfig.load(_vscode_workspace(tmp_path), inputs={"api-key": "k3y"})
+    workspace = tmp_path / "proj"
+    files = config.servers["files"]
+    assert files.args == [f"{workspace}/docs", "proj", str(tmp_path / "home")]
+    # envFile's variables under `env`, which wins
+    assert files.env == {"TOKEN": "t0k", "MODE": "strict", "WHERE": f"{tmp_path}/home/x"}
+    assert files.env_file == f"{workspace}/.env"
+    assert config.servers["search"].headers == {"Authorization": "Bearer k3y"}
+    assert config.refused == {}
+
+
+def test_a_server_needing_an_input_without_a_value_is_refused_alone(tmp_path):
+    path = _vscode_workspace(tmp_path)
+    config = MCPConfig.load(path)
+    assert list(config.enabled()) == ["files"]  # the other server still loads
+    reason = config.refused["search"]
+    assert "${input:api-key}" in reason and "Search API key" in reason
+    assert "inputs={'api-key': ...}" in reason
+    client = MCPClient(config)
+    statuses = {s.name: s for s in client.status()}
+    assert statuses["search"].state == "failed" and statuses["search"].error == reason
+    assert client.errors() == {"search": reason}
+    client.close()
+
+
+def test_an_unreadable_env_file_refuses_that_server_with_the_reason(tmp_path):
+    config = MCPConfig.from_dict(
+        {
+            "servers": {
+                "a": {"command": "srv", "envFile": "missing.env"},
+                "b": {"command": "srv"},
+            }
+        },
+        workspace=tmp_path,
+    )
+    assert list(config.enabled()) == ["b"]
+    assert f"cannot read its envFile {tmp_path / 'missing.env'}" in config.refused["a"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -23,7 +24,11 @@ from art.cli.app import EXIT_USAGE, app
 from art.storage.opening import open_storage
 
 ART = str(Path(sys.executable).parent / "art")
-SERVER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+# PYTHONPATH too: the server runs the code under test (a checkout that is not the installed one).
+SERVER_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+}
 
 
 async def exercise(client: Client) -> None:
@@ -108,6 +113,28 @@ async def test_the_sdk_client_in_process(scripted_model):
     async with inst, Client(create_mcp_server(inst)) as client:
         await exercise(client)
         json.dumps((await client.call_tool("query", {"question": "sum"})).structured_content)
+
+
+async def test_a_bytes_step_output_comes_back_as_base64_in_the_structured_result(scripted_model):
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))  # not UTF-8
+
+    @art.tool
+    def chart() -> bytes:
+        """Draws the chart.
+
+        Returns:
+            The PNG.
+        """
+        return png
+
+    model = scripted_model(planning={"title": "chart", "steps": [{"id": "s1", "tool": "chart"}]})
+    inst = art.create_art_instance(model=model.model, tools=[chart], storage="memory://")
+    async with inst, Client(create_mcp_server(inst)) as client:
+        result = await client.call_tool("query", {"question": "draw it"})
+    assert not result.is_error, result.content[0].text
+    (step,) = result.structured_content["steps"]
+    assert step["status"] == "completed"
+    assert step["output"] == {"$bytes": base64.b64encode(png).decode()}
 
 
 @pytest.mark.slow

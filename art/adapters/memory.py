@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import pydantic_core
+
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.responses import ConversationMessage, StepRecord, utcnow
 from art.storage.contract import (
@@ -28,9 +30,18 @@ from art.storage.contract import (
     StorageAdapter,
     StoredEvent,
     Suspension,
+    ThreadPage,
+    ThreadQuery,
     ThreadSummary,
 )
-from art.storage.opening import as_utc, dump_json, load_json
+from art.storage.opening import (
+    as_utc,
+    dump_json,
+    load_json,
+    merge_metadata,
+    metadata_matches,
+    thread_cursor,
+)
 
 __all__ = ["MemoryStorage"]
 
@@ -42,7 +53,10 @@ class _Thread:
     suspension_ids: list[str] = field(default_factory=list)
     events: list[tuple[int, str, datetime, str]] = field(default_factory=list)
     updated_at: datetime = field(default_factory=utcnow)
+    created_at: datetime = field(default_factory=utcnow)
     touched: int = 0
+    owner: str | None = None
+    metadata: str = "{}"  # JSON, like every record here
 
 
 @dataclass
@@ -234,6 +248,22 @@ class MemoryStorage(StorageAdapter):
             thread.messages = texts
             self._touch(thread)
 
+    async def delete_run(self, run_id: str) -> bool:
+        with self._lock:
+            stored = self._runs.pop(run_id, None)
+            if stored is None:
+                return False
+            thread = self._threads[stored.thread_id]
+            thread.run_ids.remove(run_id)
+            for suspension_id in list(thread.suspension_ids):
+                if load_json(Suspension, self._suspensions[suspension_id].text).run_id == run_id:
+                    thread.suspension_ids.remove(suspension_id)
+                    del self._suspensions[suspension_id]
+            thread.events = [
+                row for row in thread.events if load_json(StoredEvent, row[3]).run_id != run_id
+            ]
+            return True
+
     async def delete_thread(self, thread_id: str) -> bool:
         with self._lock:
             thread = self._threads.pop(thread_id, None)
@@ -293,29 +323,78 @@ class MemoryStorage(StorageAdapter):
 
     # -- threads ------------------------------------------------------------------
     async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
+        return (await self.search_threads(ThreadQuery(limit=max(min(limit, 500), 1)))).threads[
+            : max(limit, 0)
+        ]
+
+    def _summary(self, thread_id: str, thread: _Thread) -> ThreadSummary:
+        last = (
+            self._load_run(self._runs[thread.run_ids[-1]], steps=False) if thread.run_ids else None
+        )
+        return ThreadSummary(
+            thread_id=thread_id,
+            runs=len(thread.run_ids),
+            last_query=last.query if last else None,
+            last_status=last.status if last else None,
+            updated_at=thread.updated_at,
+            created_at=thread.created_at,
+            owner=thread.owner,
+            metadata=pydantic_core.from_json(thread.metadata),
+        )
+
+    async def get_thread(self, thread_id: str) -> ThreadSummary | None:
         with self._lock:
-            threads = sorted(
+            thread = self._threads.get(thread_id)
+            return self._summary(thread_id, thread) if thread and thread.touched else None
+
+    async def claim_thread(
+        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+    ) -> ThreadSummary:
+        text = pydantic_core.to_json(metadata or {}).decode()
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or not thread.touched:
+                thread = self._thread(thread_id)
+                thread.owner, thread.metadata = owner, text
+                thread.created_at = utcnow()
+                self._touch(thread)
+            return self._summary(thread_id, thread)
+
+    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or not thread.touched:
+                return None
+            merged = merge_metadata(pydantic_core.from_json(thread.metadata), metadata)
+            thread.metadata = pydantic_core.to_json(merged).decode()
+            self._touch(thread)
+            return self._summary(thread_id, thread)
+
+    async def search_threads(self, query: ThreadQuery) -> ThreadPage:
+        after = thread_cursor(query.cursor)
+        with self._lock:
+            ordered = sorted(
                 ((tid, t) for tid, t in self._threads.items() if t.touched),
                 key=lambda item: item[1].touched,
                 reverse=True,
-            )[: max(limit, 0)]
-            summaries = []
-            for thread_id, thread in threads:
-                last = (
-                    self._load_run(self._runs[thread.run_ids[-1]], steps=False)
-                    if thread.run_ids
-                    else None
-                )
-                summaries.append(
-                    ThreadSummary(
-                        thread_id=thread_id,
-                        runs=len(thread.run_ids),
-                        last_query=last.query if last else None,
-                        last_status=last.status if last else None,
-                        updated_at=thread.updated_at,
-                    )
-                )
-        return summaries
+            )
+            page: list[ThreadSummary] = []
+            last_touched = None
+            for thread_id, thread in ordered:
+                if after is not None and thread.touched >= after:
+                    continue
+                if query.owner is not None and thread.owner != query.owner:
+                    continue
+                summary = self._summary(thread_id, thread)
+                if query.status is not None and summary.last_status != query.status:
+                    continue
+                if not metadata_matches(summary.metadata, query.metadata):
+                    continue
+                if len(page) == query.limit:
+                    return ThreadPage(threads=page, next_cursor=str(last_touched))
+                page.append(summary)
+                last_touched = thread.touched
+        return ThreadPage(threads=page)
 
     # -- one worker per thread ----------------------------------------------------
     @asynccontextmanager

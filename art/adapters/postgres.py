@@ -41,9 +41,11 @@ from art.storage.contract import (
     StorageAdapter,
     StoredEvent,
     Suspension,
+    ThreadPage,
+    ThreadQuery,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json
+from art.storage.opening import dump_json, load_json, merge_metadata, thread_cursor
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
 
@@ -128,6 +130,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX threads_by_touch ON threads (touched);
     CREATE INDEX events_by_thread_name_time ON events (thread_id, name, timestamp);
     """,
+    # 3: a thread's owner (the server's user who created it) and its metadata.
+    """
+    ALTER TABLE threads ADD COLUMN owner TEXT;
+    ALTER TABLE threads ADD COLUMN metadata JSONB NOT NULL DEFAULT '{}';
+    CREATE INDEX threads_by_owner ON threads (owner, touched);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -137,6 +145,32 @@ _TOUCH_THREAD = """
     ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at,
                                           touched = excluded.touched
 """
+_SELECT_THREADS = """
+    SELECT t.touched, t.thread_id, t.created_at, t.updated_at, t.owner, t.metadata,
+           (SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.thread_id),
+           last.query, last.status
+    FROM threads t
+    LEFT JOIN LATERAL (
+        SELECT r.query, r.status FROM runs r WHERE r.thread_id = t.thread_id
+        ORDER BY r.seq DESC LIMIT 1
+    ) AS last ON true
+"""
+
+
+def _thread_summary(row: Sequence[Any]) -> ThreadSummary:
+    _, thread_id, created_at, updated_at, owner, metadata, runs, query, status = row
+    return ThreadSummary(
+        thread_id=thread_id,
+        runs=runs,
+        last_query=query,
+        last_status=status,
+        updated_at=updated_at,
+        created_at=created_at,
+        owner=owner,
+        metadata=metadata,
+    )
+
+
 _SELECT_RUNS = """
     SELECT r.data::text,
            COALESCE((SELECT json_agg(json_build_array(s.step_id, s.data) ORDER BY s.seq)
@@ -247,6 +281,10 @@ class PostgresStorage(StorageAdapter):
                 min_size=self.min_size,
                 max_size=self.max_size,
                 kwargs={"autocommit": True, "connect_timeout": self.connect_timeout_s},
+                # A call waits at most this for a connection (the server may be gone), and
+                # a connection the server dropped is replaced before it is handed out.
+                timeout=self.connect_timeout_s,
+                check=AsyncConnectionPool.check_connection,
                 open=False,
                 name="art",
             )
@@ -356,6 +394,14 @@ class PostgresStorage(StorageAdapter):
 
     async def finish_run(self, run: RunRecord, messages: Sequence[ConversationMessage]) -> None:
         async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                "SELECT status FROM runs WHERE run_id = %s FOR UPDATE", (run.run_id,)
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] not in ACTIVE_RUN_STATES:
+                # Ended already, by a worker that ran it too: its lease went with a server
+                # restart while its run went on. One end, one exchange: the first.
+                return
             await self._update_run(conn, run)
             for message in messages:
                 await self._insert_message(conn, message)
@@ -484,6 +530,14 @@ class PostgresStorage(StorageAdapter):
                 await self._insert_message(conn, message)
             await conn.execute(_TOUCH_THREAD, {"thread_id": thread_id, "now": utcnow()})
 
+    async def delete_run(self, run_id: str) -> bool:
+        async with self._connection() as conn, conn.transaction():
+            for table in ("suspensions", "events"):
+                await conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
+            # Steps go with their run (ON DELETE CASCADE).
+            cursor = await conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
+            return cursor.rowcount > 0
+
     async def delete_thread(self, thread_id: str) -> bool:
         found = 0
         async with self._connection() as conn, conn.transaction():
@@ -554,32 +608,75 @@ class PostgresStorage(StorageAdapter):
 
     # -- threads ------------------------------------------------------------------
     async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
+        return (await self._search(ThreadQuery(), max(limit, 0))).threads
+
+    async def search_threads(self, query: ThreadQuery) -> ThreadPage:
+        return await self._search(query, query.limit)
+
+    async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
+        where, args = ["true"], []
+        after = thread_cursor(query.cursor)
+        if after is not None:
+            where.append("t.touched < %s")
+            args.append(after)
+        if query.owner is not None:
+            where.append("t.owner = %s")
+            args.append(query.owner)
+        if query.metadata:
+            where.append("t.metadata @> %s::jsonb")  # scalars: numbers equal by value
+            args.append(json.dumps(query.metadata, allow_nan=False))
+        if query.status is not None:
+            where.append("last.status = %s")
+            args.append(query.status)
+        sql = f"{_SELECT_THREADS} WHERE {' AND '.join(where)} ORDER BY t.touched DESC LIMIT %s"
+        args.append(limit + 1)
         async with self._connection() as conn:
+            rows = await (await conn.execute(sql, args)).fetchall()
+        threads = [_thread_summary(row) for row in rows[:limit]]
+        if len(rows) > limit and threads:
+            return ThreadPage(threads=threads, next_cursor=str(rows[limit - 1][0]))
+        return ThreadPage(threads=threads)
+
+    async def get_thread(self, thread_id: str) -> ThreadSummary | None:
+        async with self._connection() as conn:
+            cursor = await conn.execute(f"{_SELECT_THREADS} WHERE t.thread_id = %s", (thread_id,))
+            row = await cursor.fetchone()
+        return _thread_summary(row) if row else None
+
+    async def claim_thread(
+        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+    ) -> ThreadSummary:
+        text = json.dumps(metadata or {}, allow_nan=False)
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO threads (thread_id, created_at, updated_at, touched, owner, "
+                "metadata) VALUES (%s, now(), now(), nextval('threads_touch_seq'), %s, "
+                "%s::jsonb) ON CONFLICT (thread_id) DO NOTHING",
+                (thread_id, owner, text),
+            )
+            cursor = await conn.execute(f"{_SELECT_THREADS} WHERE t.thread_id = %s", (thread_id,))
+            row = await cursor.fetchone()
+        assert row is not None
+        return _thread_summary(row)
+
+    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+        async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(
-                """
-                SELECT t.thread_id, t.updated_at,
-                       (SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.thread_id),
-                       last.query, last.status
-                FROM threads t
-                LEFT JOIN LATERAL (
-                    SELECT r.query, r.status FROM runs r WHERE r.thread_id = t.thread_id
-                    ORDER BY r.seq DESC LIMIT 1
-                ) AS last ON true
-                ORDER BY t.touched DESC LIMIT %s
-                """,
-                (max(limit, 0),),
+                "SELECT metadata FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
             )
-            rows = await cursor.fetchall()
-        return [
-            ThreadSummary(
-                thread_id=thread_id,
-                runs=runs,
-                last_query=query,
-                last_status=status,
-                updated_at=updated_at,
+            found = await cursor.fetchone()
+            if found is None:
+                return None
+            merged = merge_metadata(found[0], metadata)
+            await conn.execute(
+                "UPDATE threads SET metadata = %s::jsonb, updated_at = now(), "
+                "touched = nextval('threads_touch_seq') WHERE thread_id = %s",
+                (json.dumps(merged, allow_nan=False), thread_id),
             )
-            for thread_id, updated_at, runs, query, status in rows
-        ]
+            cursor = await conn.execute(f"{_SELECT_THREADS} WHERE t.thread_id = %s", (thread_id,))
+            row = await cursor.fetchone()
+        assert row is not None
+        return _thread_summary(row)
 
     # -- one worker per thread ----------------------------------------------------
     async def _lease_connection(self) -> psycopg.AsyncConnection[Any]:

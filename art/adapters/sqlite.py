@@ -46,9 +46,17 @@ from art.storage.contract import (
     StorageAdapter,
     StoredEvent,
     Suspension,
+    ThreadPage,
+    ThreadQuery,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json, timestamp_key
+from art.storage.opening import (
+    dump_json,
+    load_json,
+    merge_metadata,
+    thread_cursor,
+    timestamp_key,
+)
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"]
 
@@ -126,6 +134,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX threads_by_touch ON threads (touched);
     CREATE INDEX events_by_thread_name_time ON events (thread_id, name, timestamp);
     """,
+    # 3: a thread's owner (the server's user who created it) and its metadata.
+    """
+    ALTER TABLE threads ADD COLUMN owner TEXT;
+    ALTER TABLE threads ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
+    CREATE INDEX threads_by_owner ON threads (owner, touched);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -135,6 +149,45 @@ _TOUCH_THREAD = """
     ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at,
                                           touched = excluded.touched
 """
+_SELECT_THREADS = """
+    SELECT t.touched, t.thread_id, t.created_at, t.updated_at, t.owner, t.metadata,
+           (SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.thread_id),
+           (SELECT r.query FROM runs r WHERE r.thread_id = t.thread_id
+            ORDER BY r.seq DESC LIMIT 1),
+           (SELECT r.status FROM runs r WHERE r.thread_id = t.thread_id
+            ORDER BY r.seq DESC LIMIT 1)
+    FROM threads t
+"""
+# How json_each's row must look for a metadata filter's value, by the value's kind.
+_JSON_VALUE_MATCH = {
+    "null": "m.type = 'null'",
+    "true": "m.type = 'true'",
+    "false": "m.type = 'false'",
+    "text": "m.type = 'text' AND m.value = ?",
+    "number": "m.type IN ('integer', 'real') AND m.value = ?",
+}
+
+
+def _json_kind(value: str | int | float | bool | None) -> str:
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return "text" if isinstance(value, str) else "number"
+
+
+def _thread_summary(row: Sequence[Any]) -> ThreadSummary:
+    _, thread_id, created_at, updated_at, owner, metadata, runs, query, status = row
+    return ThreadSummary(
+        thread_id=thread_id,
+        runs=runs,
+        last_query=query,
+        last_status=status,
+        updated_at=datetime.fromisoformat(updated_at),
+        created_at=datetime.fromisoformat(created_at),
+        owner=owner,
+        metadata=json.loads(metadata),
+    )
+
+
 _SAVE_STEP = """
     INSERT INTO steps (run_id, step_id, data) VALUES (?, ?, ?)
     ON CONFLICT (run_id, step_id) DO UPDATE SET data = excluded.data
@@ -759,6 +812,15 @@ class SQLiteStorage(StorageAdapter):
 
         await self._write(write)
 
+    async def delete_run(self, run_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            for table in ("suspensions", "events"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            # steps: cascade
+            return conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount > 0
+
+        return await self._write(write)
+
     async def delete_thread(self, thread_id: str) -> bool:
         def write(conn: sqlite3.Connection) -> bool:
             found = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount
@@ -838,31 +900,91 @@ class SQLiteStorage(StorageAdapter):
 
     # -- threads ------------------------------------------------------------------
     async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
-        def read(conn: sqlite3.Connection) -> list[ThreadSummary]:
-            rows = conn.execute(
-                """
-                SELECT t.thread_id, t.updated_at,
-                       (SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.thread_id),
-                       (SELECT r.query FROM runs r WHERE r.thread_id = t.thread_id
-                        ORDER BY r.seq DESC LIMIT 1),
-                       (SELECT r.status FROM runs r WHERE r.thread_id = t.thread_id
-                        ORDER BY r.seq DESC LIMIT 1)
-                FROM threads t ORDER BY t.touched DESC LIMIT ?
-                """,
-                (max(limit, 0),),
-            ).fetchall()
-            return [
-                ThreadSummary(
-                    thread_id=thread_id,
-                    runs=runs,
-                    last_query=query,
-                    last_status=status,
-                    updated_at=datetime.fromisoformat(updated_at),
-                )
-                for thread_id, updated_at, runs, query, status in rows
-            ]
+        return (await self._search(ThreadQuery(), max(limit, 0))).threads
+
+    async def search_threads(self, query: ThreadQuery) -> ThreadPage:
+        return await self._search(query, query.limit)
+
+    async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
+        where, args = ["1 = 1"], []
+        after = thread_cursor(query.cursor)
+        if after is not None:
+            where.append("t.touched < ?")
+            args.append(after)
+        if query.owner is not None:
+            where.append("t.owner = ?")
+            args.append(query.owner)
+        for key, value in query.metadata.items():
+            where.append(
+                "EXISTS (SELECT 1 FROM json_each(t.metadata) m WHERE m.key = ? AND "
+                + _JSON_VALUE_MATCH[_json_kind(value)]
+                + ")"
+            )
+            args.append(key)
+            if value is not None and not isinstance(value, bool):
+                args.append(value)
+        if query.status is not None:
+            where.append(
+                "(SELECT r.status FROM runs r WHERE r.thread_id = t.thread_id "
+                "ORDER BY r.seq DESC LIMIT 1) = ?"
+            )
+            args.append(query.status)
+        sql = f"{_SELECT_THREADS} WHERE {' AND '.join(where)} ORDER BY t.touched DESC LIMIT ?"
+        args.append(limit + 1)
+
+        def read(conn: sqlite3.Connection) -> ThreadPage:
+            rows = conn.execute(sql, args).fetchall()
+            threads = [_thread_summary(row) for row in rows[:limit]]
+            if len(rows) > limit and threads:
+                return ThreadPage(threads=threads, next_cursor=str(rows[limit - 1][0]))
+            return ThreadPage(threads=threads)
 
         return await self._call(read, write=False)
+
+    async def get_thread(self, thread_id: str) -> ThreadSummary | None:
+        def read(conn: sqlite3.Connection) -> ThreadSummary | None:
+            row = conn.execute(f"{_SELECT_THREADS} WHERE t.thread_id = ?", (thread_id,)).fetchone()
+            return _thread_summary(row) if row else None
+
+        return await self._call(read, write=False)
+
+    async def claim_thread(
+        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+    ) -> ThreadSummary:
+        now = timestamp_key(utcnow())
+        text = json.dumps(metadata or {}, allow_nan=False)
+
+        def write(conn: sqlite3.Connection) -> ThreadSummary:
+            conn.execute(
+                "INSERT INTO threads (thread_id, created_at, updated_at, touched, owner, "
+                "metadata) VALUES (?1, ?2, ?2, (SELECT COALESCE(MAX(touched), 0) + 1 FROM "
+                "threads), ?3, ?4) ON CONFLICT (thread_id) DO NOTHING",
+                (thread_id, now, owner, text),
+            )
+            row = conn.execute(f"{_SELECT_THREADS} WHERE t.thread_id = ?", (thread_id,)).fetchone()
+            return _thread_summary(row)
+
+        return await self._write(write)
+
+    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+        now = timestamp_key(utcnow())
+
+        def write(conn: sqlite3.Connection) -> ThreadSummary | None:
+            found = conn.execute(
+                "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+            if found is None:
+                return None
+            merged = merge_metadata(json.loads(found[0]), metadata)
+            conn.execute(
+                "UPDATE threads SET metadata = ?, updated_at = ?, touched = (SELECT "
+                "COALESCE(MAX(touched), 0) + 1 FROM threads) WHERE thread_id = ?",
+                (json.dumps(merged, allow_nan=False), now, thread_id),
+            )
+            row = conn.execute(f"{_SELECT_THREADS} WHERE t.thread_id = ?", (thread_id,)).fetchone()
+            return _thread_summary(row)
+
+        return await self._write(write)
 
     # -- one worker per thread ----------------------------------------------------
     def lock_path(self, thread_id: str) -> Path:

@@ -405,6 +405,15 @@ def resume(
         str | None,
         typer.Option("--reason", "-r", metavar="TEXT", help="Why (given to the agent)."),
     ] = None,
+    modified_args: Annotated[
+        str | None,
+        typer.Option(
+            "--modified-args",
+            metavar="JSON",
+            help="A JSON object: the arguments to run the step with instead, or, for a "
+            "tool that asked for input (an MCP elicitation), the answer.",
+        ),
+    ] = None,
     model: ModelOption = None,
     storage: StorageOption = None,
     tools: ToolsOption = None,
@@ -418,7 +427,14 @@ def resume(
     if approve is None:
         raise typer.BadParameter("say --approve or --reject", param_hint="--approve/--reject")
     out = Output(json=json_output)
-    decision = {"approved": approve, "reason": reason}
+    decision: dict[str, Any] = {"approved": approve, "reason": reason}
+    if modified_args is not None:
+        try:
+            decision["modified_args"] = json.loads(modified_args)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint="--modified-args") from None
+        if not isinstance(decision["modified_args"], dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--modified-args")
     launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
 
     async def do_resume() -> int:
@@ -439,6 +455,64 @@ def resume(
             return EXIT_INTERRUPTED if interrupted else code
 
     _exit(_guard(out, do_resume))
+
+
+@app.command()
+def fork(
+    thread_id: ThreadArgument,
+    run_id: Annotated[
+        str, typer.Argument(help="The run to fork.", show_default=False, metavar="RUN")
+    ],
+    step_id: Annotated[
+        str,
+        typer.Argument(
+            help="The step to run again, with every step downstream of it.",
+            show_default=False,
+            metavar="STEP",
+        ),
+    ],
+    args: Annotated[
+        str | None,
+        typer.Option("--args", metavar="JSON", help="Arguments for STEP (a JSON object)."),
+    ] = None,
+    model: ModelOption = None,
+    storage: StorageOption = None,
+    tools: ToolsOption = None,
+    mcp_config: McpConfigOption = None,
+    api_base: ApiBaseOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    timeout: TimeoutOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run a stored run again from one step, as a new run of the thread (a fork): the
+    finished steps it cannot change keep their outputs."""
+    step_args = _json_object(args, "--args") if args is not None else None
+    out = Output(json=json_output)
+    launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
+
+    async def do_fork() -> int:
+        async with launch.instance() as inst:
+            view = RunView(thread_id=thread_id)
+
+            def start() -> Coroutine[Any, Any, AgentFinalResponse]:
+                return inst.afork(thread_id, run_id, step_id, args=step_args)
+
+            response = await _live(out, view, _subscribed_events(inst, start, view))
+            return await _finish(out, inst, view, response, launch)
+
+    _exit(_guard(out, do_fork))
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=option)
+    return value
 
 
 @app.command()
@@ -625,14 +699,28 @@ def _cancel_on_interrupt(out: Output, inst: ArtInstance, thread_id: str) -> Iter
             loop.remove_signal_handler(signal.SIGINT)
 
 
-async def _resume_events(
+def _resume_events(
     inst: ArtInstance,
     thread_id: str,
     suspension_id: str,
     decision: dict[str, Any],
     view: RunView,
 ) -> AsyncIterator[Event]:
-    """The events of a resumed run, through a subscription (resume has no stream of its own)."""
+    """The events of a resumed run."""
+
+    def start() -> Coroutine[Any, Any, AgentFinalResponse]:
+        return inst.aresume_execution(thread_id, suspension_id, decision)
+
+    return _subscribed_events(inst, start, view)
+
+
+async def _subscribed_events(
+    inst: ArtInstance,
+    start: Callable[[], Coroutine[Any, Any, AgentFinalResponse]],
+    view: RunView,
+) -> AsyncIterator[Event]:
+    """The events of the run `start()` makes, through a subscription (a resume or a fork
+    has no stream of its own)."""
     import asyncio
 
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -640,7 +728,7 @@ async def _resume_events(
 
     async def resume_then_stop() -> AgentFinalResponse:
         try:
-            return await inst.aresume_execution(thread_id, suspension_id, decision)
+            return await start()
         finally:
             queue.put_nowait(None)
 

@@ -93,7 +93,9 @@ class ApplyDecisions:
             suspension = by_step.get(step_record.step_id)
             if suspension is not None and not suspension.pending:
                 tool = run.deps.registry.get(suspension.tool_name)
-                rerun = tool is not None and tool.schema.runs_on_approval
+                rerun = tool is not None and (
+                    tool.schema.runs_on_approval or suspension.asks_for_input
+                )
                 apply_decision(step_record, suspension, run_on_approval=rerun)
                 await storage.save_step(record.run_id, step_record)
         remaining = [r.step_id for r in waiting if r.status == "waiting"]

@@ -69,6 +69,11 @@ __all__ = [
 
 log = get_logger(__name__)
 
+#: How long a step's record is retried when the storage fails to save it.
+STEP_SAVE_RETRY_S = 60.0
+_FIRST_SAVE_RETRY_S = 0.1
+_MAX_SAVE_RETRY_S = 5.0
+
 #: How many earlier messages of the thread the planner and the synthesis see.
 HISTORY_LIMIT = 20
 
@@ -221,20 +226,16 @@ class Run:
                 await asyncio.shield(self.log.finish())
             raise
         except Exception as exc:
-            fault = _innermost(exc)
-            if isinstance(fault, StorageError):
-                log.error(
-                    "run stopped by its storage", run_id=self.context.run_id, error=str(fault)
-                )
-                error = RunError(code=RunErrorCode.STORAGE_ERROR, message=fault.message)
-                response = (await Fail(error, source="storage").run(self)).response
-            else:
-                log.exception("run failed inside the engine", run_id=self.context.run_id)
-                error = RunError(
-                    code=RunErrorCode.INTERNAL_ERROR,
-                    message=f"{type(exc).__name__}: {_unwrap(exc)}",
-                )
-                response = (await Fail(error).run(self)).response
+            if (lost := _storage_error(exc)) is not None:
+                # The storage stopped answering (past the retries of a step's record): the
+                # run stays as a crash leaves it, and the same query continues it.
+                await self._storage_lost(lost)
+                raise lost from exc
+            log.exception("run failed inside the engine", run_id=self.context.run_id)
+            error = RunError(
+                code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
+            )
+            response = (await Fail(error).run(self)).response
         finally:
             # The execute phase refers back to this run (its persist and idle callbacks):
             # without that cycle a finished run's objects are freed as soon as the caller
@@ -258,6 +259,14 @@ class Run:
         if execution is not None and execution.cancel(reason):
             return  # the pass stops its steps and returns
         self._cancel_task()
+
+    async def _storage_lost(self, lost: StorageError) -> None:
+        """Report the storage failure that stops the run (the caller gets `lost` raised)."""
+        log.error("run stopped by its storage", run_id=self.context.run_id, error=lost.message)
+        data = error_data("storage", RunErrorCode.STORAGE_ERROR, lost.message, recoverable=False)
+        await self.emit("error", data)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.log.finish())
 
     async def _cancelled(self) -> AgentFinalResponse:
         from art.engine.phases import Fail
@@ -296,7 +305,31 @@ class Run:
         """Save a step record; once a batch of events has gathered, write the log beside it."""
         if self.log.batch_full:
             self.log.write_soon()
-        return self.deps.storage.save_step(self.context.run_id, step_record)
+        return self._save_step(step_record)
+
+    async def _save_step(self, step_record: StepRecord) -> None:
+        """Save a step record, retrying a storage error (a failover, a restart, a reaped
+        connection) with backoff for up to STEP_SAVE_RETRY_S: a blip costs a retry, not
+        the step. Saving a record is idempotent (the step's latest record wins)."""
+        storage, run_id = self.deps.storage, self.context.run_id
+        deadline = time.monotonic() + STEP_SAVE_RETRY_S
+        delay = _FIRST_SAVE_RETRY_S
+        while True:
+            try:
+                await storage.save_step(run_id, step_record)
+                return
+            except StorageError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "saving a step's record failed: retrying",
+                    run_id=run_id,
+                    step_id=step_record.step_id,
+                    retry_in_s=delay,
+                    error=exc.message,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_SAVE_RETRY_S)
 
     async def plan_created(self, plan: Plan) -> None:
         """Store the planner's plan with the run and emit `plan:created`."""
@@ -533,14 +566,19 @@ async def pending_suspensions(
     return [s for s in found if s.run_id == run_id]
 
 
-def _innermost(exc: BaseException) -> BaseException:
-    """The exception inside one-exception groups (a task group's)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def _storage_error(exc: BaseException) -> StorageError | None:
+    """The StorageError that ended a run, looking inside exception groups (its steps')."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _storage_error(inner)) is not None:
+                return found
+    return None
 
 
 def _unwrap(exc: BaseException) -> str:
     """The message of an engine fault, looking inside a one-exception group."""
-    exc = _innermost(exc)
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     return str(exc) or type(exc).__name__

@@ -32,7 +32,13 @@ from art.observe.events import EventBus, HookVeto, RunEvents
 from art.planning.references import resolve_references
 from art.responses import RunError, StepStatus, utcnow
 from art.storage.contract import Suspension
-from art.tooling.contract import CancellationToken, ExecutionContext, ToolResult, ToolSchema
+from art.tooling.contract import (
+    ASKS_FOR_INPUT,
+    CancellationToken,
+    ExecutionContext,
+    ToolResult,
+    ToolSchema,
+)
 from art.tooling.invocation import CallTimeouts, NotStopped, invoke_tool
 from art.tooling.threads import ThreadCalls, ToolThreads
 
@@ -554,6 +560,7 @@ class StepRunner:
         self._dependencies = dependencies
         config = deps.run.config
         self._max_attempts = 1 + config.step_max_retries
+        self._count_interrupted = config.count_interrupted_attempts
         self._backoff_s = config.retry_backoff_s
 
     async def run(self, step_id: str) -> bool:
@@ -594,7 +601,7 @@ class StepRunner:
                 task.uncancel()
             await self._finish(record, "cancelled", step_span, state.cancel_reason())
         except StorageError:
-            raise  # the run cannot record its steps: it stops (STORAGE_ERROR)
+            raise  # the storage is gone: the run stops as a crash would (Run.drive)
         except Exception as exc:  # an engine fault on this step's path: fail the step, go on
             log.exception("step failed inside the engine", step_id=step_id)
             await self._finish(
@@ -674,8 +681,12 @@ class StepRunner:
             await self._finish(record, "failed", span, f"cannot resolve the arguments: {exc}")
             return
         attempt = record.attempts
-        # A run on approval follows the call that suspended: it gets attempts of its own.
-        max_attempts = self._max_attempts + (attempt if decision is not None else 0)
+        # A run on approval follows the call that suspended: it gets attempts of its own;
+        # so do attempts its process died in, when those are not counted.
+        free = decision is not None or (
+            record.status == "in_progress" and not self._count_interrupted
+        )
+        max_attempts = self._max_attempts + (attempt if free else 0)
         while True:
             attempt += 1
             if attempt > max_attempts:
@@ -769,6 +780,7 @@ class StepRunner:
             call_id=result.call_id,
             args=record.args or {},
             prompt=prompt,
+            asks_for_input=bool(result.metadata.get(ASKS_FOR_INPUT)),
         )
         if self.deps.suspend is not None:
             await self.deps.suspend(suspension)

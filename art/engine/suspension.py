@@ -9,7 +9,9 @@ then applies it to the step without running the tool again:
 - approved: the step completes; its output is the decision
   (`{"approved": True, "reason": ..., "modified_args": ...}`, `reason` and
   `modified_args` null when not given); a tool with `blocking_config={"run_on_approval":
-  True}` instead runs again with the approved arguments and its output is the step's;
+  True}` instead runs again with the approved arguments and its output is the step's,
+  and so does a tool that suspended to ask for input mid-call (`ASKS_FOR_INPUT`), with
+  its own arguments and the decision's `modified_args` as `decision["answer"]`;
 - rejected: the step fails with the reason; its dependents are skipped, and the
   synthesis prompt says the reviewer rejected it.
 
@@ -114,8 +116,13 @@ def apply_decision(
         record.reason = None
         record.result = None
         record.ended_at = None
-        record.args = {**suspension.args, **(decision.modified_args or {})}
+        # A tool that asked for input runs with its own arguments: the answer is the
+        # decision's `modified_args`, which it reads from the decision.
+        extra = {} if suspension.asks_for_input else decision.modified_args or {}
+        record.args = {**suspension.args, **extra}
         record.decision = {**output, "suspension_id": suspension.suspension_id}
+        if suspension.asks_for_input:
+            record.decision["answer"] = decision.modified_args or {}
         return record
     if decision.approved:
         record.status = "completed"

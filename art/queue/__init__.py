@@ -17,20 +17,26 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
     "QueueConfig": "art.config",
+    "Attempt": "art.queue.jobs",
+    "QueuedRun": "art.queue.jobs",
     "QueueStats": "art.queue.jobs",
     "RunStatus": "art.queue.jobs",
     "WorkerInfo": "art.queue.jobs",
     "RunHandle": "art.queue.runs",
     "RunQueue": "art.queue.runs",
+    "Schedule": "art.queue.schedule",
     "run_worker": "art.queue.worker",
 }
 
 __all__ = [
+    "Attempt",
     "QueueConfig",
     "QueueStats",
+    "QueuedRun",
     "RunHandle",
     "RunQueue",
     "RunStatus",
+    "Schedule",
     "WorkerInfo",
     "run_worker",
 ]
@@ -47,6 +53,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
-    from art.queue.jobs import QueueStats, RunStatus, WorkerInfo
+    from art.queue.jobs import Attempt, QueuedRun, QueueStats, RunStatus, WorkerInfo
     from art.queue.runs import RunHandle, RunQueue
+    from art.queue.schedule import Schedule
     from art.queue.worker import run_worker

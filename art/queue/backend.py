@@ -24,7 +24,7 @@ from art.errors import ConfigurationError
 if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
-    from art.queue.jobs import CancelOutcome, JobSpec, JobView, QueueStats
+    from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueuedRun, QueueStats
     from art.queue.metrics import QueueMetrics
     from art.storage.contract import StorageAdapter
 
@@ -117,6 +117,27 @@ class QueueBackend(ABC):
         """Delete this queue's jobs that ended more than `older_than_s` ago; how many."""
 
     @abstractmethod
+    async def runs(
+        self, *, states: set[str] | None = None, thread_id: str | None = None, limit: int = 100
+    ) -> list[QueuedRun]:
+        """This queue's runs in `states` (see `QueuedRunState`), newest first, with their
+        attempts."""
+
+    @abstractmethod
+    async def retry(self, run_id: str) -> bool:
+        """Put a dead-lettered run's job back in the queue, to run alone, its worker deaths
+        forgotten; False if its job is not dead-lettered (its stored run is reopened by the
+        caller first)."""
+
+    @abstractmethod
+    async def discard(self, run_id: str) -> bool:
+        """Delete a dead-lettered run's job (the run stays `failed` in storage)."""
+
+    @abstractmethod
+    async def settle(self, run_id: str, worker_id: int, state: JobState) -> None:
+        """End a job that taking over gave `worker_id` to end (its run's end is stored)."""
+
+    @abstractmethod
     def worker(
         self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
     ) -> QueueWorker[Any]:
@@ -132,6 +153,7 @@ def open_backend(storage: StorageAdapter, config: QueueConfig) -> QueueBackend:
     from art.adapters.memory import MemoryStorage
     from art.adapters.sqlite import SQLiteStorage
 
+    storage = storage.backing
     if isinstance(storage, SQLiteStorage):
         from art.queue.sqlite import SQLiteQueue
 
@@ -143,7 +165,9 @@ def open_backend(storage: StorageAdapter, config: QueueConfig) -> QueueBackend:
     if type(storage).__name__ == "PostgresStorage":  # importing it needs psycopg
         from art.queue.postgres import ProcrastinateQueue
 
-        return ProcrastinateQueue(storage.url, config)
+        return ProcrastinateQueue(
+            storage.url, config, connect_timeout_s=getattr(storage, "connect_timeout_s", None)
+        )
     raise ConfigurationError(
         f"queued runs need SQLite, PostgreSQL or memory storage, not {type(storage).__name__}"
     )

@@ -150,8 +150,27 @@ def worker(
             "(default 30 s).",
         ),
     ] = None,
+    max_worker_deaths: Annotated[
+        int | None,
+        typer.Option(
+            "--max-worker-deaths",
+            metavar="N",
+            min=1,
+            help="A run whose worker died running it alone N times is dead-lettered (default 3).",
+        ),
+    ] = None,
     name: Annotated[
         str | None, typer.Option("--name", metavar="NAME", help="Shown by `art workers`.")
+    ] = None,
+    schedule: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--schedule",
+            metavar="CRON|THREAD|QUERY",
+            help="Queue QUERY on THREAD at each time CRON names (UTC; five fields, or six "
+            "with seconds last). Repeatable; workers with the same schedule queue each run "
+            "once.",
+        ),
     ] = None,
 ) -> None:
     """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
@@ -164,11 +183,14 @@ def worker(
         "heartbeat_s": heartbeat,
         "stalled_after_s": stalled_after,
         "shutdown_timeout_s": shutdown_timeout,
+        "max_worker_deaths": max_worker_deaths,
     }
 
     async def serve() -> int:
+        from art.queue.schedule import Schedule
         from art.queue.worker import run_worker
 
+        schedules = [Schedule.parse(text) for text in schedule or []]
         if instance is not None:
             if model or storage or tools:
                 raise CliError(
@@ -182,7 +204,12 @@ def worker(
             inst = _build_instance(model, storage, tools)
         inst.config.queue = _queue_config(None, base=inst.config.queue, **changes)
         async with inst:
-            await run_worker(inst, name=name, started=lambda w: _announce(out, inst, w))
+            await run_worker(
+                inst,
+                name=name,
+                started=lambda w: _announce(out, inst, w),
+                schedules=schedules,
+            )
         out.errors.print("[dim]worker stopped[/]")
         return EXIT_OK
 
@@ -216,10 +243,92 @@ def workers(
     _exit(_guard(out, show))
 
 
+RunIdArgument = Annotated[
+    str, typer.Argument(help="The run's id (as `art submit` printed it).", metavar="RUN")
+]
+
+
+def runs(
+    storage: StorageOption = None,
+    queue: QueueOption = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            "-s",
+            metavar="STATE",
+            help="Only runs in STATE: queued, running, stuck (on a worker presumed dead, not "
+            "yet taken over), dead (dead-lettered) or ended; repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
+    thread: Annotated[
+        str | None, typer.Option("--thread", "-t", metavar="THREAD", help="Only this thread.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most N runs.")] = 50,
+    json_output: JsonOption = False,
+) -> None:
+    """List the queue's runs, newest first, with their attempts (worker, start, end, how
+    each ended)."""
+    from art.cli.app import _exit, _guard
+
+    out = Output(json=json_output)
+
+    async def show() -> int:
+        from art.queue.runs import RunQueue
+
+        async with RunQueue(storage, _queue_config(queue)) as run_queue:
+            found = await run_queue.runs(state, thread_id=thread, limit=limit)
+        if out.json:
+            out.emit_json({"runs": [run.model_dump(mode="json") for run in found]})
+        else:
+            _print_runs(out, found)
+        return EXIT_OK
+
+    _exit(_guard(out, show))
+
+
+def cancel(
+    run_id: RunIdArgument,
+    storage: StorageOption = None,
+    queue: QueueOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Cancel a queued run: taken out of the queue if waiting, stopped at its next step if
+    running (it ends failed, CANCELLED). Exits 1 if it had already ended."""
+    _act_on_run(run_id, storage, queue, json_output, "cancel")
+
+
+def retry(
+    run_id: RunIdArgument,
+    storage: StorageOption = None,
+    queue: QueueOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Put a dead-lettered run back in the queue (it runs alone, from its stored steps).
+    Exits 1 if the run is not dead-lettered."""
+    _act_on_run(run_id, storage, queue, json_output, "retry")
+
+
+def discard(
+    run_id: RunIdArgument,
+    storage: StorageOption = None,
+    queue: QueueOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Delete a dead-lettered run's job (the run stays failed in storage). Exits 1 if the
+    run is not dead-lettered."""
+    _act_on_run(run_id, storage, queue, json_output, "discard")
+
+
 def register_queue_commands(app: typer.Typer) -> None:
     app.command()(submit)
     app.command()(worker)
     app.command()(workers)
+    app.command()(runs)
+    app.command()(cancel)
+    app.command()(retry)
+    app.command()(discard)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -306,5 +415,75 @@ def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
             f"{_seconds(w.heartbeat_age_s)} ago",
             state,
             _when(w.started_at),
+        )
+    out.console.print(table)
+
+
+_DONE = {"cancel": "cancelled", "retry": "back in the queue", "discard": "discarded"}
+_NOT_DONE = {
+    "cancel": "it had already ended",
+    "retry": "it is not dead-lettered",
+    "discard": "it is not dead-lettered",
+}
+
+
+def _act_on_run(
+    run_id: str, storage: str | None, queue: str | None, json_output: bool, action: str
+) -> None:
+    from art.cli.app import _exit, _guard
+
+    out = Output(json=json_output)
+
+    async def act() -> int:
+        from art.queue.runs import RunQueue
+
+        async with RunQueue(storage, _queue_config(queue)) as run_queue:
+            if action == "cancel":
+                try:
+                    done = await (await run_queue.get(run_id)).acancel()
+                except KeyError:
+                    raise CliError("NOT_FOUND", f"no queued run {run_id!r}") from None
+            elif action == "retry":
+                done = await run_queue.retry(run_id)
+            else:
+                done = await run_queue.discard(run_id)
+        if out.json:
+            out.emit_json({"run_id": run_id, "action": action, "done": done})
+        elif done:
+            out.console.print(f"run [bold]{run_id}[/]: {_DONE[action]}")
+        else:
+            out.errors.print(f"run {run_id}: not {_DONE[action]}: {_NOT_DONE[action]}")
+        return EXIT_OK if done else EXIT_ERROR
+
+    _exit(_guard(out, act))
+
+
+def _print_runs(out: Output, found: list[Any]) -> None:
+    from rich.table import Table
+
+    from art.cli.app import _when
+
+    if not found:
+        out.console.print("[dim]No runs.[/]")
+        return
+    colours = {"queued": "cyan", "running": "green", "stuck": "yellow", "dead": "red"}
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("run", "thread", "state", "worker", "attempts", "last attempt", "query"):
+        table.add_column(column)
+    for run in found:
+        colour = colours.get(run.state, "dim")
+        last = run.attempts[-1] if run.attempts else None
+        ended = "-"
+        if last is not None:
+            how = last.outcome or "running"
+            ended = f"{how} on {last.worker or last.worker_id}, {_when(last.started_at)}"
+        table.add_row(
+            run.run_id,
+            run.thread_id,
+            f"[{colour}]{run.state}[/]",
+            str(run.worker_id or "-"),
+            str(len(run.attempts)),
+            ended,
+            run.query if len(run.query) <= 40 else run.query[:39] + "…",
         )
     out.console.print(table)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
@@ -19,9 +19,19 @@ from pydantic import ValidationError
 from art.config import ProcessOptions, QueueConfig
 from art.core.log import get_logger
 from art.core.spans import new_trace_id
-from art.errors import ConfigurationError, RunErrorCode
+from art.errors import ConfigurationError, RunErrorCode, StorageError
 from art.queue.backend import QueueWorker, open_backend
-from art.queue.jobs import FINAL_JOB_STATES, JobSpec, JobView, QueueStats, RunStatus
+from art.queue.execute import worker_died_error
+from art.queue.jobs import (
+    FINAL_JOB_STATES,
+    QUEUED_RUN_STATES,
+    WORKER_DIED,
+    JobSpec,
+    JobView,
+    QueuedRun,
+    QueueStats,
+    RunStatus,
+)
 from art.responses import RunError, utcnow
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
 from art.storage.opening import timestamp_key
@@ -39,6 +49,8 @@ SyncRunner = Callable[[Coroutine[Any, Any, Any]], Any]
 # How often a waiting handle looks at its job: soon at first, then every 100 ms.
 _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.1
+# ... and every second while the database does not answer.
+_OUTAGE_POLL_S = 1.0
 
 
 class RunQueue:
@@ -211,6 +223,46 @@ class RunQueue:
         await self.open()
         return await self.backend.stats()
 
+    async def runs(
+        self,
+        states: Iterable[str] | None = None,
+        *,
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[QueuedRun]:
+        """The queue's runs, newest first, with every attempt at each: all, or those in
+        `states` (`queued`, `running`, `stuck`, `dead`, `ended`), of one thread or all."""
+        wanted = set(states or ())
+        unknown = wanted.difference(QUEUED_RUN_STATES)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown run state(s) {sorted(unknown)}: use {', '.join(QUEUED_RUN_STATES)}"
+            )
+        await self.open()
+        return await self.backend.runs(states=wanted or None, thread_id=thread_id, limit=limit)
+
+    async def retry(self, run_id: str) -> bool:
+        """Put a dead-lettered run back in the queue: it runs alone on the next free worker,
+        continuing from its stored steps, its worker deaths forgotten. False if the run is
+        not dead-lettered. Its thread may have run later runs meanwhile."""
+        from art.queue.execute import reopen
+
+        await self.open()
+        job = await self.backend.job(run_id)
+        if job is None or job.state != "failed":
+            return False
+        await reopen(self.storage, run_id)
+        retried = await self.backend.retry(run_id)
+        if retried and self._worker is not None:
+            self._worker.wake()
+        return retried
+
+    async def discard(self, run_id: str) -> bool:
+        """Delete a dead-lettered run's job; the run stays `failed` in storage. False if the
+        run is not dead-lettered."""
+        await self.open()
+        return await self.backend.discard(run_id)
+
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._sync is None:
             coro.close()
@@ -268,14 +320,19 @@ class RunHandle:
 
     # -- waiting ------------------------------------------------------------------
     async def result(self) -> RunRecord:
-        """Wait for the run's end and return it as stored (bound it with `asyncio.timeout`)."""
+        """Wait for the run's end and return it as stored (bound it with `asyncio.timeout`).
+        It waits through a database outage: the workers do too."""
         delay = _FIRST_POLL_S
         while True:
-            job = await self.queue.backend.job(self.id)
-            if job is None:
-                return await _ended_run(self.queue.storage, self.id)
-            if job.state in FINAL_JOB_STATES:
-                return _final(await self.queue.storage.get_run(self.id), job)
+            try:
+                job = await self.queue.backend.job(self.id)
+                if job is None:
+                    return await _ended_run(self.queue.storage, self.id)
+                if job.state in FINAL_JOB_STATES:
+                    return _final(await self.queue.storage.get_run(self.id), job)
+            except StorageError as exc:
+                log.warning("a run's end cannot be read yet", run_id=self.id, error=exc.message)
+                delay = _OUTAGE_POLL_S
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, _MAX_POLL_S)
 
@@ -329,6 +386,10 @@ def _final(record: RunRecord | None, job: JobView) -> RunRecord:
         return record
     if job.state == "cancelled":
         error = RunError(code=RunErrorCode.CANCELLED, message="cancelled before it ran")
+    elif job.state == "aborted":
+        error = RunError(code=RunErrorCode.CANCELLED, message="cancelled through the queue")
+    elif job.error == WORKER_DIED:
+        error = worker_died_error(None)
     else:
         reason = job.error or "see the worker's log"
         error = RunError(

@@ -7,9 +7,12 @@ model fits in two tables of the SQLite file that already holds the threads:
   state. A job may start only when no other job of its thread is `doing` and no older job of
   its thread is waiting (procrastinate's `lock`), so each thread runs its queued runs one at
   a time, in submission order, while different threads spread over every worker.
-- `queue_workers`: one row per live worker with its heartbeat. A worker silent for
-  `stalled_after_s` is presumed dead: its `doing` jobs go back to `todo` (taken over by the
-  next free worker, continuing from their stored steps) and its row is removed.
+- `queue_workers`: one row per live worker with its heartbeat (ids never reused). A worker
+  silent for `stalled_after_s` is presumed dead: its `doing` jobs go back to `todo` (taken
+  over by the next free worker, continuing from their stored steps) and its row is removed.
+  A job the dead worker ran alone is charged the death (`deaths`; at `max_worker_deaths`
+  it fails: dead-lettered); jobs that shared it are `isolated`: each runs alone next.
+- `queue_attempts`: every time a worker took a run, and how that ended.
 
 Taking jobs, taking over and cancelling are each one `BEGIN IMMEDIATE` transaction, so
 workers in several processes never take the same job. All SQL runs on one connection in
@@ -25,6 +28,7 @@ import json
 import os
 import socket
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -32,8 +36,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from art.core.log import get_logger
 from art.queue.backend import QueueBackend, QueueWorker
-from art.queue.execute import RunJob, error_retry_delay
-from art.queue.jobs import CancelOutcome, JobSpec, JobState, JobView, QueueStats, WorkerInfo
+from art.queue.execute import RunJob, error_retry_delay, record_take_over
+from art.queue.jobs import (
+    WORKER_DIED,
+    Attempt,
+    CancelOutcome,
+    JobSpec,
+    JobState,
+    JobView,
+    QueuedRun,
+    QueueStats,
+    TakeOver,
+    WorkerInfo,
+    job_states_of,
+    queued_run_state,
+)
 from art.responses import utcnow
 from art.storage.opening import timestamp_key
 
@@ -78,11 +95,47 @@ MIGRATIONS: tuple[str, ...] = (
         last_heartbeat TEXT NOT NULL
     );
     """,
+    # Worker ids are never reused (AUTOINCREMENT, counting on from every id a job names),
+    # so a worker presumed dead that comes back cannot heartbeat its successor's row; jobs
+    # count the deaths of workers that ran them alone, and runs that shared a dead worker
+    # run alone next (`isolated`); every attempt at a run is kept.
+    """
+    ALTER TABLE queue_jobs ADD COLUMN deaths INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE queue_jobs ADD COLUMN isolated INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE queue_workers_v2 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        queue TEXT NOT NULL,
+        name TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at TEXT NOT NULL,
+        last_heartbeat TEXT NOT NULL
+    );
+    INSERT INTO queue_workers_v2 SELECT id, queue, name, host, pid, started_at, last_heartbeat
+        FROM queue_workers;
+    DROP TABLE queue_workers;
+    ALTER TABLE queue_workers_v2 RENAME TO queue_workers;
+    DELETE FROM sqlite_sequence WHERE name = 'queue_workers';
+    INSERT INTO sqlite_sequence (name, seq) SELECT 'queue_workers', MAX(
+        (SELECT COALESCE(MAX(id), 0) FROM queue_workers),
+        (SELECT COALESCE(MAX(worker_id), 0) FROM queue_jobs));
+    CREATE TABLE queue_attempts (
+        run_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        worker_id INTEGER,
+        worker TEXT,
+        started_at TEXT NOT NULL,
+        ended_at TEXT,
+        outcome TEXT,
+        PRIMARY KEY (run_id, attempt)
+    )
+    """,
 )
 
 _NEXT_JOB = """
-    SELECT id, spec, attempts FROM queue_jobs AS j
+    SELECT id, spec, attempts, abort_requested, isolated FROM queue_jobs AS j
     WHERE queue = ?1 AND status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= ?2)
+      AND isolated = ?3
       AND NOT EXISTS (
           SELECT 1 FROM queue_jobs AS o
           WHERE o.thread_id = j.thread_id
@@ -90,6 +143,10 @@ _NEXT_JOB = """
       )
     ORDER BY id LIMIT 1
 """
+
+_END_ATTEMPT = (
+    "UPDATE queue_attempts SET ended_at = ?1, outcome = ?2 WHERE run_id = ?3 AND ended_at IS NULL"
+)
 
 
 def _now() -> str:
@@ -155,6 +212,7 @@ class SQLiteQueue(QueueBackend):
         self.kind = kind
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._worker_names: dict[int, str] = {}  # this process's workers, for their attempts
 
     def __repr__(self) -> str:
         return f"SQLiteQueue({self.path!r}, queue={self.config.name!r})"
@@ -294,7 +352,9 @@ class SQLiteQueue(QueueBackend):
                 )
                 return int(cursor.lastrowid or 0)
 
-        return await self._call(insert)
+        worker_id = await self._call(insert)
+        self._worker_names[worker_id] = name
+        return worker_id
 
     async def unregister(self, worker_id: int) -> None:
         def delete(conn: sqlite3.Connection) -> None:
@@ -315,83 +375,246 @@ class SQLiteQueue(QueueBackend):
 
         return await self._call(write)
 
-    async def claim(self, worker_id: int, limit: int) -> list[JobView]:
-        """Take up to `limit` jobs that may start now, oldest first."""
-        queue = self.config.name
+    async def claim(self, worker_id: int, limit: int, *, running: int = 0) -> list[JobView]:
+        """Take up to `limit` jobs that may start now, oldest first. A job that must run
+        alone (`isolated`) comes first: it is taken only by a worker running nothing
+        (`running == 0`), which then takes nothing else; a busy worker takes nothing while
+        one waits, so that some worker empties and takes it."""
+        queue, name = self.config.name, self._worker_names.get(worker_id)
 
         def write(conn: sqlite3.Connection) -> list[JobView]:
             now = _now()
             taken: list[JobView] = []
             with _transaction(conn):
-                for _ in range(limit):
-                    row = conn.execute(_NEXT_JOB, (queue, now)).fetchone()
+                alone = conn.execute(_NEXT_JOB, (queue, now, 1)).fetchone()
+                if alone is not None and running:
+                    return taken
+                for _ in range(1 if alone is not None else limit):
+                    row = alone or conn.execute(_NEXT_JOB, (queue, now, 0)).fetchone()
                     if row is None:
                         break
-                    job_id, spec, attempts = row
+                    job_id, spec, attempts, abort, isolated = row
                     conn.execute(
-                        "UPDATE queue_jobs SET status = 'doing', worker_id = ?, started_at = ?,"
-                        " abort_requested = 0 WHERE id = ?",
+                        "UPDATE queue_jobs SET status = 'doing', worker_id = ?, started_at = ?"
+                        " WHERE id = ?",
                         (worker_id, now, job_id),
                     )
                     spec_ = JobSpec.from_args(json.loads(spec))
-                    taken.append(JobView(spec_, "doing", attempts, worker_id))
+                    conn.execute(
+                        "INSERT INTO queue_attempts (run_id, attempt, worker_id, worker,"
+                        " started_at) SELECT ?1, COALESCE(MAX(attempt), 0) + 1, ?2, ?3, ?4"
+                        " FROM queue_attempts WHERE run_id = ?1",
+                        (spec_.run_id, worker_id, name, now),
+                    )
+                    taken.append(
+                        JobView(
+                            spec_,
+                            "doing",
+                            attempts,
+                            worker_id,
+                            abort_requested=bool(abort),
+                            isolated=bool(isolated),
+                        )
+                    )
             return taken
 
         return await self._call(write)
 
     async def finish(
-        self, run_id: str, worker_id: int, state: JobState, error: str | None = None
+        self,
+        run_id: str,
+        worker_id: int,
+        state: JobState,
+        error: str | None = None,
+        *,
+        outcome: str | None = None,
     ) -> None:
-        """End a job this worker holds (a job taken over meanwhile is left to its new holder)."""
+        """End a job this worker holds (a job taken over meanwhile is left to its new holder);
+        `outcome` ends its attempt (default: the job's state)."""
 
         def write(conn: sqlite3.Connection) -> None:
+            now = _now()
             with _transaction(conn):
-                conn.execute(
+                cursor = conn.execute(
                     "UPDATE queue_jobs SET status = ?, finished_at = ?, error = ?"
                     " WHERE run_id = ? AND status = 'doing' AND worker_id = ?",
-                    (state, _now(), error, run_id, worker_id),
+                    (state, now, error, run_id, worker_id),
                 )
+                if cursor.rowcount:
+                    conn.execute(_END_ATTEMPT, (now, outcome or state, run_id))
 
         await self._call(write)
 
-    async def give_back(self, run_id: str, worker_id: int, *, delay_s: float = 0.0) -> None:
+    async def give_back(
+        self, run_id: str, worker_id: int, *, delay_s: float = 0.0, outcome: str = "handed_back"
+    ) -> None:
         """Put a job this worker holds back in the queue (its thread keeps its place)."""
         scheduled = timestamp_key(utcnow() + timedelta(seconds=delay_s)) if delay_s else None
 
         def write(conn: sqlite3.Connection) -> None:
             with _transaction(conn):
-                conn.execute(
+                cursor = conn.execute(
                     "UPDATE queue_jobs SET status = 'todo', worker_id = NULL,"
                     " attempts = attempts + 1, scheduled_at = ?"
                     " WHERE run_id = ? AND status = 'doing' AND worker_id = ?",
                     (scheduled, run_id, worker_id),
                 )
+                if cursor.rowcount:
+                    conn.execute(_END_ATTEMPT, (_now(), outcome, run_id))
 
         await self._call(write)
 
-    async def take_over(self) -> list[str]:
+    async def take_over(self, worker_id: int) -> TakeOver:
         """Put the jobs of workers silent for `stalled_after_s` back in the queue and remove
-        those workers; the run ids taken over."""
-        queue, cutoff = self.config.name, self.config.stalled_after_s
+        those workers. A job its dead worker ran alone is charged the death: after
+        `max_worker_deaths` it is to fail (dead-lettered); jobs that shared the worker are
+        not charged and run alone next; a job whose cancel had arrived is to end `aborted`.
+        Those two go to `worker_id`, which stores the run's end, then `settle`s the job."""
+        queue, cutoff, bound = (
+            self.config.name,
+            self.config.stalled_after_s,
+            self.config.max_worker_deaths,
+        )
 
-        def write(conn: sqlite3.Connection) -> list[str]:
+        def write(conn: sqlite3.Connection) -> TakeOver:
+            requeued: list[str] = []
+            dead: list[tuple[JobSpec, int]] = []
+            cancelled: list[JobSpec] = []
+            now = _now()
             with _transaction(conn):
                 stale = _ago(cutoff)
                 rows = conn.execute(
-                    "UPDATE queue_jobs SET status = 'todo', worker_id = NULL,"
-                    " attempts = attempts + 1"
-                    " WHERE queue = ?1 AND status = 'doing' AND (worker_id IS NULL OR worker_id IN"
-                    " (SELECT id FROM queue_workers WHERE last_heartbeat < ?2))"
-                    " RETURNING run_id",
+                    "SELECT id, spec, worker_id, deaths, abort_requested FROM queue_jobs"
+                    " WHERE queue = ?1 AND status = 'doing' AND (worker_id IS NULL OR worker_id"
+                    " IN (SELECT id FROM queue_workers WHERE last_heartbeat < ?2))",
                     (queue, stale),
                 ).fetchall()
+                shared = Counter(worker_id for _, _, worker_id, _, _ in rows)
+                for job_id, spec_text, dead_id, deaths, abort in rows:
+                    spec = JobSpec.from_args(json.loads(spec_text))
+                    alone = dead_id is not None and shared[dead_id] == 1
+                    if alone:
+                        deaths += 1
+                    outcome = "worker_died" if alone else "worker_died_with_others"
+                    conn.execute(_END_ATTEMPT, (now, outcome, spec.run_id))
+                    if not abort and deaths < bound:
+                        conn.execute(
+                            "UPDATE queue_jobs SET status = 'todo', worker_id = NULL,"
+                            " attempts = attempts + 1, deaths = ?, isolated = ?"
+                            " WHERE id = ?",
+                            (deaths, int(not alone), job_id),
+                        )
+                        requeued.append(spec.run_id)
+                        continue
+                    conn.execute(
+                        "UPDATE queue_jobs SET worker_id = ?, deaths = ? WHERE id = ?",
+                        (worker_id, deaths, job_id),
+                    )
+                    if abort:
+                        cancelled.append(spec)
+                    else:
+                        dead.append((spec, deaths))
                 conn.execute(
                     "DELETE FROM queue_workers WHERE queue = ? AND last_heartbeat < ?",
                     (queue, stale),
                 )
-            return [run_id for (run_id,) in rows]
+            return TakeOver(requeued, dead, cancelled)
 
         return await self._call(write)
+
+    async def runs(
+        self, *, states: set[str] | None = None, thread_id: str | None = None, limit: int = 100
+    ) -> list[QueuedRun]:
+        queue, stale = self.config.name, _ago(self.config.stalled_after_s)
+        job_states = job_states_of(states)
+
+        def read(conn: sqlite3.Connection) -> list[QueuedRun]:
+            where, args = ["j.queue = ?"], [queue]
+            if job_states is not None:
+                where.append(f"j.status IN ({', '.join('?' * len(job_states))})")
+                args.extend(job_states)
+            if thread_id is not None:
+                where.append("j.thread_id = ?")
+                args.append(thread_id)
+            rows = conn.execute(
+                "SELECT j.spec, j.status, j.worker_id, j.error,"
+                " w.id IS NULL OR w.last_heartbeat < ? FROM queue_jobs j"
+                " LEFT JOIN queue_workers w ON w.id = j.worker_id"
+                f" WHERE {' AND '.join(where)} ORDER BY j.id DESC",
+                [stale, *args],
+            )
+            found: list[QueuedRun] = []
+            for spec_text, status, worker_id, error, stale_worker in rows:
+                state = queued_run_state(status, stale_worker=bool(stale_worker))
+                if states and state not in states:
+                    continue
+                spec = JobSpec.from_args(json.loads(spec_text))
+                attempts = [
+                    Attempt(
+                        attempt=n,
+                        worker_id=wid,
+                        worker=name,
+                        started_at=_parse(started) if started else None,
+                        ended_at=_parse(ended) if ended else None,
+                        outcome=outcome,
+                    )
+                    for n, wid, name, started, ended, outcome in conn.execute(
+                        "SELECT attempt, worker_id, worker, started_at, ended_at, outcome"
+                        " FROM queue_attempts WHERE run_id = ? ORDER BY attempt",
+                        (spec.run_id,),
+                    )
+                ]
+                found.append(
+                    QueuedRun(
+                        run_id=spec.run_id,
+                        thread_id=spec.thread_id,
+                        query=spec.query,
+                        state=state,
+                        job_state=status,
+                        worker_id=worker_id,
+                        submitted_at=spec.submitted_at,
+                        error=error,
+                        attempts=attempts,
+                    )
+                )
+                if len(found) >= limit:
+                    break
+            return found
+
+        return await self._call(read)
+
+    async def retry(self, run_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn):
+                cursor = conn.execute(
+                    "UPDATE queue_jobs SET status = 'todo', worker_id = NULL, deaths = 0,"
+                    " isolated = 1, error = NULL, finished_at = NULL, scheduled_at = NULL,"
+                    " attempts = attempts + 1 WHERE run_id = ? AND status = 'failed'",
+                    (run_id,),
+                )
+                conn.execute(
+                    "UPDATE queue_attempts SET outcome = 'worker_died_before_retry'"
+                    " WHERE run_id = ? AND outcome = 'worker_died'",
+                    (run_id,),
+                )
+                return cursor.rowcount == 1
+
+        return await self._call(write)
+
+    async def discard(self, run_id: str) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn):
+                cursor = conn.execute(
+                    "DELETE FROM queue_jobs WHERE run_id = ? AND status = 'failed'", (run_id,)
+                )
+                return cursor.rowcount == 1
+
+        return await self._call(write)
+
+    async def settle(self, run_id: str, worker_id: int, state: JobState) -> None:
+        """End a job `take_over` gave this worker to end (`failed`: dead-lettered)."""
+        error = WORKER_DIED if state == "failed" else None
+        await self.finish(run_id, worker_id, state, error)
 
     async def delete_finished(self, older_than_s: float) -> int:
         queue, cutoff = self.config.name, _ago(older_than_s)
@@ -429,6 +652,7 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._check_aborts = False
+        self._alone: str | None = None  # the run of an isolated job, while it runs
 
     def stop(self) -> None:
         loop = self._loop
@@ -471,8 +695,8 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
             if self._check_aborts:
                 await self._abort_requested()
             free = self.config.concurrency - len(self._running)
-            if free > 0:
-                jobs = await self.queue.claim(self.worker_id, free)
+            if free > 0 and self._alone is None:
+                jobs = await self.queue.claim(self.worker_id, free, running=len(self._running))
                 for job in jobs:
                     self._start(job)
                 if len(jobs) == free:
@@ -483,6 +707,10 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
         execution = RunJob(
             self.instance, job.spec, busy_wait_s=self.config.poll_s, metrics=self.metrics
         )
+        if job.abort_requested:  # cancelled while a worker that died had it
+            execution.cancel("cancelled through the queue")
+        if job.isolated:
+            self._alone = job.spec.run_id
         task = asyncio.create_task(self._process(execution, job), name=f"art-run:{job.spec.run_id}")
         self._running[job.spec.run_id] = (execution, task)
 
@@ -499,15 +727,18 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
         except Exception as exc:
             delay = error_retry_delay(job.attempts)
             log.exception("queued run raised", run_id=run_id, retry_in_s=delay)
+            reason = f"{type(exc).__name__}: {exc}"
             if delay is None:
-                await self.queue.finish(run_id, worker_id, "failed", f"{type(exc).__name__}: {exc}")
+                await self.queue.finish(run_id, worker_id, "failed", reason, outcome="raised")
             else:
-                await self.queue.give_back(run_id, worker_id, delay_s=delay)
+                await self.queue.give_back(run_id, worker_id, delay_s=delay, outcome="raised")
         else:
             state: JobState = "aborted" if execution.cancel_reason else "succeeded"
-            await self.queue.finish(run_id, worker_id, state)
+            await self.queue.finish(run_id, worker_id, state, outcome=execution.outcome)
         finally:
             self._running.pop(run_id, None)
+            if self._alone == run_id:
+                self._alone = None
             self._wake.set()  # a slot is free, and the thread's next run may start
 
     async def _heartbeats(self) -> None:
@@ -530,12 +761,13 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
                 log.exception("queue heartbeat failed", worker_id=self.worker_id)
 
     async def _look_after_others(self) -> None:
-        taken = await self.queue.take_over()
-        if taken:
-            log.warning("runs of a dead worker taken over", run_ids=taken)
+        assert self.worker_id is not None
+        taken = await self.queue.take_over(self.worker_id)
+        await record_take_over(self.instance.storage, taken, self.queue, self.worker_id)
+        if taken.run_ids:
             self._wake.set()
         if self.metrics is not None:
-            self.metrics.taken_over(len(taken))
+            self.metrics.taken_over(len(taken.run_ids))
             if self.metrics.wants_stats():
                 self.metrics.observe(await self.queue.stats())
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["ServerSettings", "create_app", "serve", "serve_in_thread"]
+__all__ = ["Principal", "ServerSettings", "create_app", "serve", "serve_in_thread"]
 
 _EXPORTS = {
+    "Principal": "art.server.principals",
     "ServerSettings": "art.server.settings",
     "create_app": "art.server.app",
     "serve": "art.server.serve",
@@ -25,6 +26,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from art.server.app import create_app
+    from art.server.principals import Principal
     from art.server.serve import serve, serve_in_thread
     from art.server.settings import ServerSettings
 

@@ -51,6 +51,7 @@ from art.engine.phases import display_outputs
 from art.engine.suspension import Decision, apply_decision
 from art.responses import DisplayOutput, StepRecord
 from art.server.context import ServerContext, get_context
+from art.server.principals import Principal, authenticated
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
@@ -61,6 +62,7 @@ __all__ = ["DECISION_SCHEMA", "AgUiTranslator", "router"]
 
 router = APIRouter(tags=["ag-ui"])
 Context = Annotated[ServerContext, Depends(get_context)]
+Caller = Annotated[Principal, Depends(authenticated)]
 
 #: What an interrupt's answer (`ResumeEntry.payload`) holds.
 DECISION_SCHEMA: dict[str, Any] = {
@@ -417,13 +419,17 @@ def _decision(payload: Any, status: str) -> Decision:
     response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events."}},
 )
-async def run_agent(run_input: RunAgentInput, ctx: Context) -> Response:
+async def run_agent(run_input: RunAgentInput, ctx: Context, caller: Caller) -> Response:
     """Run the agent for an AG-UI client: the last user message is the query (or `resume`
     answers the interrupts of a suspended run); AG-UI events stream back as SSE."""
     thread_id = run_input.thread_id
     if not valid_thread_id(thread_id):
         raise Problem(422, f"bad threadId {thread_id!r}: 1-128 letters, digits and ._:-")
-    active, record = await _launch(ctx, run_input)
+    if run_input.resume:
+        await ctx.threads.check(caller, thread_id)
+    else:
+        await ctx.threads.claim(caller, thread_id)
+    active, record = await _launch(ctx, run_input, caller)
     translator = AgUiTranslator(thread_id, run_input.run_id, ctx.display_tools)
     display = display_outputs(record.steps.values(), ctx.instance.registry) if record else []
     opening = translator.started(run_input, active.run_id, record, display)
@@ -443,7 +449,7 @@ async def run_agent(run_input: RunAgentInput, ctx: Context) -> Response:
 
 
 async def _launch(
-    ctx: ServerContext, run_input: RunAgentInput
+    ctx: ServerContext, run_input: RunAgentInput, caller: Principal
 ) -> tuple[ActiveRun, RunRecord | None]:
     """Start (or resume) the run; with it, the run's record as it was before this session
     (None for a new run), so the opening snapshot precedes every event of the session."""
@@ -470,7 +476,8 @@ async def _launch(
                 422, f"the query is longer than {limit} characters", code="QUERY_TOO_LONG"
             )
         before = await storage.get_active_run(thread_id)
-        active = await ctx.runs.start(thread_id, query)
+        options = None if caller.admin else {"user_id": caller.user}
+        active = await ctx.runs.start(thread_id, query, options)
     if before is None or before.run_id != active.run_id or before.plan is None:
         return active, None
     return active, before

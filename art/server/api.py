@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any
 
@@ -13,27 +15,39 @@ from starlette.responses import Response
 
 from art.engine.phases import display_outputs
 from art.engine.suspension import Decision
-from art.errors import ThreadBusyError
+from art.errors import ForkError, ThreadBusyError
 from art.planning.plans import Plan
 from art.responses import AgentFinalResponse
 from art.server.context import ServerContext, get_context
 from art.server.models import (
     DecisionRequest,
+    ForkRequest,
     PlanRequest,
     PlanResource,
+    QueuedRunResource,
     RunRequest,
     RunResource,
     SuspensionList,
+    ThreadCreate,
     ThreadList,
     ThreadResource,
+    ThreadUpdate,
     ToolList,
     wire_json,
     wire_response,
 )
+from art.server.principals import Principal, authenticated
 from art.server.problems import Problem, ProblemBody
 from art.server.settings import THREAD_ID_PATTERN, valid_thread_id
 from art.server.sse import sse_event
-from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StoredEvent
+from art.storage.contract import (
+    ACTIVE_RUN_STATES,
+    RunRecord,
+    RunState,
+    StoredEvent,
+    ThreadQuery,
+    ThreadSummary,
+)
 
 __all__ = ["event_stream", "router", "run_resource"]
 
@@ -45,10 +59,20 @@ ThreadId = Annotated[
         description="1-128 letters, digits and `._:-`, starting with a letter or digit.",
     ),
 ]
+
+
+async def _visible_thread(thread_id: ThreadId, ctx: Context, caller: Caller) -> str:
+    await ctx.threads.check(caller, thread_id)
+    return thread_id
+
+
+#: A thread id of the path that the caller may see (404 for another user's thread).
+VisibleThread = Annotated[str, Depends(_visible_thread)]
 _ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 RunId = Annotated[str, PathParam(pattern=_ID_PATTERN)]
 SuspensionId = Annotated[str, PathParam(pattern=_ID_PATTERN)]
 Context = Annotated[ServerContext, Depends(get_context)]
+Caller = Annotated[Principal, Depends(authenticated)]
 Wait = Annotated[
     bool,
     Query(description="Answer when the run ends (or suspends) with its response, not at once."),
@@ -95,18 +119,85 @@ _WAITED: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/threads", response_model=ThreadList, tags=["threads"])
-async def list_threads(ctx: Context, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> Response:
-    """Threads, most recently updated first."""
-    threads = await ctx.instance.alist_threads(limit=limit)
-    return wire_response(ThreadList(threads=threads))
+async def list_threads(
+    ctx: Context,
+    caller: Caller,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=32, description="`nextCursor` of the page before.")
+    ] = None,
+    status: Annotated[RunState | None, Query(description="The newest run's status.")] = None,
+    user: Annotated[
+        str | None, Query(max_length=64, description="The owner (an admin's filter).")
+    ] = None,
+    metadata: Annotated[
+        str | None,
+        Query(
+            max_length=4_096,
+            description='A JSON object, e.g. {"project": "apollo"}: each key must be in '
+            "the thread's metadata with that value (a string, number, boolean or null).",
+        ),
+    ] = None,
+) -> Response:
+    """Threads, most recently updated first, a page at a time: a user's own, or (an
+    admin) every thread, or one user's with `user`."""
+    query = ThreadQuery(
+        owner=user if caller.admin else caller.user,
+        metadata=_metadata_filter(metadata),
+        status=status,
+        limit=limit,
+        cursor=cursor,
+    )
+    try:
+        page = await ctx.instance.storage.search_threads(query)
+    except ValueError as exc:  # a cursor this server did not give
+        raise Problem(422, str(exc)) from None
+    return wire_response(ThreadList(threads=page.threads, next_cursor=page.next_cursor))
+
+
+def _metadata_filter(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        wanted = json.loads(raw)
+    except ValueError:
+        raise Problem(422, "metadata must be a JSON object") from None
+    scalars = (str, int, float, bool, type(None))
+    if not isinstance(wanted, dict) or not all(isinstance(v, scalars) for v in wanted.values()):
+        raise Problem(422, "metadata must be a JSON object of strings, numbers, booleans or null")
+    return wanted
+
+
+@router.post("/threads", status_code=201, response_model=ThreadSummary, tags=["threads"])
+async def create_thread(body: ThreadCreate, ctx: Context, caller: Caller) -> Response:
+    """Create a thread (yours) with metadata, before its first run. An id already in use:
+    409."""
+    thread_id = body.thread_id or uuid.uuid4().hex
+    owner = None if caller.admin else caller.user
+    before = await ctx.instance.storage.get_thread(thread_id)
+    if before is None:
+        thread = await ctx.instance.storage.claim_thread(thread_id, owner, body.metadata)
+        if thread.owner == owner and thread.metadata == body.metadata and thread.runs == 0:
+            return wire_response(thread, status_code=201)
+    raise Problem(409, f"the thread id {thread_id!r} is in use", code="THREAD_EXISTS")
+
+
+@router.patch("/threads/{thread_id}", response_model=ThreadSummary, tags=["threads"])
+async def update_thread(thread_id: VisibleThread, body: ThreadUpdate, ctx: Context) -> Response:
+    """Set the metadata keys given (null removes one); the others stay."""
+    thread = await ctx.instance.storage.update_thread(thread_id, body.metadata)
+    if thread is None:
+        raise Problem(404, f"no thread {thread_id!r}")
+    return wire_response(thread)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadResource, tags=["threads"])
-async def get_thread(thread_id: ThreadId, ctx: Context) -> Response:
+async def get_thread(thread_id: VisibleThread, ctx: Context) -> Response:
     """A thread: its runs (oldest first) with steps and display outputs, the active run,
     its pending suspensions and the conversation history."""
     state = await ctx.instance.aget_state(thread_id)
-    if not state.runs and not state.history:
+    thread = await ctx.instance.storage.get_thread(thread_id)
+    if thread is None and not state.runs and not state.history:
         raise Problem(404, f"no thread {thread_id!r}")
     runs = [await run_resource(ctx, record) for record in state.runs]
     active = next(
@@ -118,12 +209,14 @@ async def get_thread(thread_id: ThreadId, ctx: Context) -> Response:
         active_run=active,
         suspensions=state.suspensions,
         history=state.history,
+        owner=thread.owner if thread else None,
+        metadata=thread.metadata if thread else {},
     )
     return wire_response(resource)
 
 
 @router.delete("/threads/{thread_id}", status_code=204, response_class=Response, tags=["threads"])
-async def delete_thread(thread_id: ThreadId, ctx: Context) -> Response:
+async def delete_thread(thread_id: VisibleThread, ctx: Context) -> Response:
     """Delete a thread's runs, suspensions, history and events. Refused (409) while a run
     executes on it, here or in another process."""
     if ctx.runs.executing(thread_id) is not None:
@@ -171,7 +264,7 @@ async def _get_run(ctx: ServerContext, thread_id: str, run_id: str) -> RunRecord
 
 
 @router.get("/threads/{thread_id}/runs", response_model=list[RunResource], tags=["runs"])
-async def list_runs(thread_id: ThreadId, ctx: Context) -> Response:
+async def list_runs(thread_id: VisibleThread, ctx: Context) -> Response:
     """The thread's runs, oldest first."""
     records = await ctx.instance.storage.list_runs(thread_id)
     if not records:
@@ -206,15 +299,47 @@ def _check_query(ctx: ServerContext, query: str) -> None:
     tags=["runs"],
 )
 async def start_run(
-    thread_id: ThreadId, body: RunRequest, ctx: Context, wait: Wait = False
+    thread_id: ThreadId, body: RunRequest, ctx: Context, caller: Caller, wait: Wait = False
 ) -> Response:
     """Start a run of `query` on the thread (202 with the run), or with `wait=true` run it
     and answer with its response. A run already executing on the thread is a 409
-    THREAD_BUSY. The same query as the thread's interrupted run continues that run."""
+    THREAD_BUSY, unless `multitaskStrategy` says to enqueue this one (202 with its id and
+    status `queued`), interrupt the current one or roll it back. The same query as the
+    thread's interrupted run continues that run."""
     _check_query(ctx, body.query)
-    options = body.options.model_dump(exclude_none=True) if body.options else None
-    active = await ctx.runs.start(thread_id, body.query, options)
+    options = body.options.model_dump(exclude_none=True) if body.options else {}
+    if not caller.admin:  # a user's runs are theirs, whatever the body says
+        options["user_id"] = caller.user
+    _check_webhook(ctx, body.webhook)
+    await ctx.threads.claim(caller, thread_id)
+    if body.multitask_strategy == "enqueue" and ctx.settings.enqueue_to_queue:
+        handle = await ctx.instance.asubmit(body.query, thread_id, options or None)
+        if wait:
+            return wire_response(await run_resource(ctx, await handle.result()))
+        resource = QueuedRunResource(run_id=handle.id, thread_id=thread_id)
+        headers = {"Location": f"threads/{thread_id}/runs/{handle.id}"}
+        return Response(wire_json(resource), 202, headers=headers, media_type="application/json")
+    if body.multitask_strategy == "enqueue":
+        queued = ctx.runs.enqueue(thread_id, body.query, options or None, body.webhook)
+        if wait:
+            return wire_response(await queued.wait())
+        resource = QueuedRunResource(run_id=queued.run_id, thread_id=thread_id)
+        headers = {"Location": f"threads/{thread_id}/runs/{queued.run_id}"}
+        return Response(wire_json(resource), 202, headers=headers, media_type="application/json")
+    active = await ctx.runs.start(
+        thread_id, body.query, options or None, body.multitask_strategy, body.webhook
+    )
     return await _answer(ctx, active.thread_id, active.run_id, active.wait() if wait else None)
+
+
+def _check_webhook(ctx: ServerContext, url: str | None) -> None:
+    if url is not None and not ctx.runs.webhooks_allow(url):
+        raise Problem(
+            422,
+            "this server does not call that webhook URL (its operator allows the prefixes "
+            "given with --webhook-allow)",
+            code="WEBHOOK_NOT_ALLOWED",
+        )
 
 
 async def _answer(
@@ -234,7 +359,7 @@ async def _answer(
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}", response_model=RunResource, tags=["runs"])
-async def get_run(thread_id: ThreadId, run_id: RunId, ctx: Context) -> Response:
+async def get_run(thread_id: VisibleThread, run_id: RunId, ctx: Context) -> Response:
     """A run with its plan, step records (arguments, output, timings, attempts), display
     outputs, usage and cost, answer or error, and pending suspensions."""
     return wire_response(await run_resource(ctx, await _get_run(ctx, thread_id, run_id)))
@@ -242,7 +367,7 @@ async def get_run(thread_id: ThreadId, run_id: RunId, ctx: Context) -> Response:
 
 @router.get("/threads/{thread_id}/runs/{run_id}/wait", response_model=RunResource, tags=["runs"])
 async def wait_run(
-    thread_id: ThreadId,
+    thread_id: VisibleThread,
     run_id: RunId,
     ctx: Context,
     timeout_s: Annotated[float, Query(gt=0, le=600)] = 60.0,
@@ -265,11 +390,48 @@ async def wait_run(
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=RunResource, tags=["runs"])
-async def cancel_run(thread_id: ThreadId, run_id: RunId, ctx: Context) -> Response:
+async def cancel_run(thread_id: VisibleThread, run_id: RunId, ctx: Context) -> Response:
     """Stop a run executing here (its tools are cancelled), or end one nobody executes
     (suspended, or interrupted by a crash); it ends failed with code CANCELLED."""
     record = await ctx.runs.cancel(thread_id, run_id, "cancelled through the API")
     return wire_response(await run_resource(ctx, record))
+
+
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/fork",
+    status_code=202,
+    response_model=RunResource,
+    responses=_WAITED,
+    tags=["runs"],
+)
+async def fork_run(
+    thread_id: VisibleThread,
+    run_id: RunId,
+    body: ForkRequest,
+    ctx: Context,
+    caller: Caller,
+    wait: Wait = False,
+) -> Response:
+    """Run the run again from `stepId` (with `args` for that step, or other `options`) as
+    a new run of the thread: every finished step not downstream of it keeps its stored
+    output; the rest runs. 202 with the new run (its `forkedFrom` names the original), or
+    `wait=true`: its response. An unknown run or step: 404; arguments that make the plan
+    invalid: 422; a run active on the thread: 409."""
+    await _get_run(ctx, thread_id, run_id)
+    _check_webhook(ctx, body.webhook)
+    options = body.options.model_dump(exclude_none=True) if body.options else {}
+    if not caller.admin:
+        options["user_id"] = caller.user
+    try:
+        active = await ctx.runs.fork(
+            thread_id, run_id, body.step_id, body.args, options or None, body.webhook
+        )
+    except ForkError as exc:
+        status = 404 if exc.code in ("FORK_RUN_NOT_FOUND", "FORK_STEP_NOT_FOUND") else 422
+        raise Problem(status, exc.message, code=str(exc.code)) from None
+    except ThreadBusyError:
+        raise _thread_busy(thread_id) from None
+    return await _answer(ctx, thread_id, active.run_id, active.wait() if wait else None)
 
 
 @router.get(
@@ -279,7 +441,7 @@ async def cancel_run(thread_id: ThreadId, run_id: RunId, ctx: Context) -> Respon
     tags=["events"],
 )
 async def run_events(
-    thread_id: ThreadId,
+    thread_id: VisibleThread,
     run_id: RunId,
     ctx: Context,
     last_event_id: LastEventId = None,
@@ -326,7 +488,7 @@ async def _run_events(
     tags=["events"],
 )
 async def thread_events(
-    thread_id: ThreadId,
+    thread_id: VisibleThread,
     ctx: Context,
     last_event_id: LastEventId = None,
     after: After = None,
@@ -374,7 +536,7 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
 
 
 @router.get("/threads/{thread_id}/suspensions", response_model=SuspensionList, tags=["suspensions"])
-async def list_suspensions(thread_id: ThreadId, ctx: Context) -> Response:
+async def list_suspensions(thread_id: VisibleThread, ctx: Context) -> Response:
     """The suspended run's pending suspensions (blocking steps waiting for a person)."""
     state = await ctx.instance.acheck_for_suspended_state(thread_id)
     if state is None:
@@ -390,7 +552,7 @@ async def list_suspensions(thread_id: ThreadId, ctx: Context) -> Response:
     tags=["suspensions"],
 )
 async def decide(
-    thread_id: ThreadId,
+    thread_id: VisibleThread,
     suspension_id: SuspensionId,
     body: DecisionRequest,
     ctx: Context,
@@ -410,12 +572,14 @@ async def decide(
 
 
 @router.post("/plans", response_model=PlanResource, tags=["plans"])
-async def make_plan(body: PlanRequest, ctx: Context) -> Response:
+async def make_plan(body: PlanRequest, ctx: Context, caller: Caller) -> Response:
     """The plan for a question, as a DAG, without running anything (one LLM call, or
     more when the planner repairs its plan). A plan that stays invalid: 422."""
     _check_query(ctx, body.query)
-    if body.thread_id is not None and not valid_thread_id(body.thread_id):
-        raise Problem(422, f"bad thread id {body.thread_id!r}")
+    if body.thread_id is not None:
+        if not valid_thread_id(body.thread_id):
+            raise Problem(422, f"bad thread id {body.thread_id!r}")
+        await ctx.threads.check(caller, body.thread_id)
     try:
         plan: Plan = await ctx.instance.aplan(body.query, body.thread_id)
     except Exception as exc:

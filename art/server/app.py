@@ -16,17 +16,20 @@ from starlette.staticfiles import StaticFiles
 import art
 from art.config import ArtInstanceConfig
 from art.core.redaction import redact, secrets_from_params
+from art.errors import ConfigurationError
 from art.instance import ArtInstance
-from art.server import agui, openai
+from art.server import agui, openai, queue
 from art.server.api import router
 from art.server.context import ServerContext
 from art.server.feed import EventFeed
 from art.server.journal import EventJournal, JournaledStorage
+from art.server.principals import Authenticate, AuthHook, KeyCheck, ThreadAccess
 from art.server.problems import install_problem_handlers
 from art.server.runs import RunManager
-from art.server.security import KeyCheck, RequestGuard, allowed_hosts
+from art.server.security import RequestGuard, allowed_hosts
 from art.server.settings import ServerSettings
 from art.server.sse import EventStreams
+from art.server.webhooks import WebhookPolicy, WebhookSender
 
 __all__ = ["STATIC_DIR", "create_app"]
 
@@ -46,33 +49,53 @@ def create_app(
     config: ArtInstanceConfig | None = None,
     *,
     settings: ServerSettings | None = None,
+    authenticate: Authenticate | None = None,
     **fields: Any,
 ) -> FastAPI:
     """An ASGI app serving an engine built from `config` and/or `fields` (what
     `art.create_art_instance` takes: model, tools, storage, ...).
 
+    `authenticate` replaces the keys with the application's own check of a request: it
+    returns the caller's `Principal` (a user, or an admin), or None for a 401.
+
     The engine is `app.state.context.instance` (add hooks there). Storage is opened when
     the app starts and closed when it stops, after its runs had `settings.grace_s` to end.
     """
     settings = settings or ServerSettings()
-    settings.check_exposure()
+    if authenticate is None:
+        settings.check_exposure()
     instance, journal = _build_instance(config, fields)
+    webhooks = WebhookSender(
+        WebhookPolicy(
+            url=settings.webhook_url,
+            secret=settings.webhook_secret,
+            allowed_prefixes=tuple(settings.webhook_allowed_prefixes),
+            attempts=settings.webhook_attempts,
+            first_delay_s=settings.webhook_first_delay_s,
+        ),
+        journal,
+    )
     context = ServerContext(
         settings=settings,
         instance=instance,
         journal=journal,
         feed=EventFeed(instance.storage, journal, settings.poll_interval_s),
-        runs=RunManager(instance, journal),
+        runs=RunManager(instance, journal, settings.poll_interval_s, webhooks),
+        threads=ThreadAccess(instance.storage),
         streams=EventStreams(),
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await instance.storage.open()
+        if authenticate is not None or settings.user_keys:
+            await _check_owners_kept(instance)
         try:
             yield
         finally:
             await context.runs.shutdown(settings.grace_s)
+            await webhooks.aclose(settings.grace_s)
+            await queue.close_queue(app.state)
             await instance.aclose()  # closes the storage when the instance opened it
 
     app = FastAPI(
@@ -93,10 +116,14 @@ def create_app(
     )
     app.state.context = context
     install_problem_handlers(app)
-    keys = [Depends(KeyCheck(settings.api_keys))]
+    check = (
+        AuthHook(authenticate) if authenticate else KeyCheck(settings.api_keys, settings.user_keys)
+    )
+    keys = [Depends(check)]
     app.include_router(router, dependencies=keys)
     app.include_router(agui.router, dependencies=keys)
     app.include_router(openai.router, dependencies=keys)
+    app.include_router(queue.router, dependencies=keys)
     _add_inspector(app)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=keys)
@@ -118,7 +145,7 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "DELETE"],
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
             # Any request header: keys, not headers, decide who may call (the OpenAI SDK
             # alone sends a dozen x-stainless-* headers, and more with each release).
             allow_headers=["*"],
@@ -126,6 +153,17 @@ def create_app(
             max_age=600,
         )
     return app
+
+
+async def _check_owners_kept(instance: ArtInstance) -> None:
+    """Users need a storage that keeps who owns each thread."""
+    try:
+        await instance.storage.get_thread("")
+    except NotImplementedError:
+        raise ConfigurationError(
+            "users need a storage that keeps each thread's owner (StorageAdapter.get_thread); "
+            "the built-in memory, sqlite and postgresql storages do"
+        ) from None
 
 
 def _build_instance(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Annotated
 
 import typer
@@ -65,6 +66,43 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    user_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--user-key",
+            metavar="USER=KEY",
+            help="A user's key (16+ characters): its holder sees only the threads they "
+            "created; --api-key keys see all. Repeatable. Default: $ART_USER_KEYS "
+            "(comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    webhook: Annotated[
+        str | None,
+        typer.Option(
+            "--webhook",
+            metavar="URL",
+            help="Called (POST, JSON) when a run ends or suspends; signed with "
+            "$ART_WEBHOOK_SECRET when set.",
+        ),
+    ] = None,
+    webhook_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--webhook-allow",
+            metavar="PREFIX",
+            help="A URL prefix a run's own `webhook` may start with. Repeatable. "
+            "Default: runs cannot name one.",
+        ),
+    ] = None,
+    enqueue_to_queue: Annotated[
+        bool,
+        typer.Option(
+            "--enqueue-to-queue",
+            help="multitaskStrategy enqueue puts runs in the run queue, for `art worker` "
+            "(default: they wait in this process).",
+        ),
+    ] = False,
     no_auth: Annotated[
         bool,
         typer.Option(
@@ -145,12 +183,23 @@ def serve_command(
                 "CONFIG_ERROR", 'art serve needs the server extra: pip install "art-pes[server]"'
             )
         from art.server.app import create_app
-        from art.server.settings import ServerSettings, keys_from_env
+        from art.server.settings import (
+            WEBHOOK_SECRET_ENV,
+            ServerSettings,
+            keys_from_env,
+            parse_user_keys,
+            user_keys_from_env,
+        )
 
         settings = ServerSettings(
             host=host,
             port=port,
             api_keys=list(api_keys or keys_from_env()),
+            user_keys=parse_user_keys(user_keys) if user_keys else user_keys_from_env(),
+            webhook_url=webhook,
+            enqueue_to_queue=enqueue_to_queue,
+            webhook_secret=os.environ.get(WEBHOOK_SECRET_ENV) or None,
+            webhook_allowed_prefixes=list(webhook_allow or []),
             allow_unauthenticated=no_auth,
             cors_origins=list(cors_origins or []),
             allowed_hosts=list(allowed_hosts or []),

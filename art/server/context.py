@@ -9,6 +9,7 @@ from starlette.requests import Request
 from art.instance import ArtInstance
 from art.server.feed import EventFeed
 from art.server.journal import EventJournal
+from art.server.principals import ThreadAccess
 from art.server.runs import RunManager
 from art.server.settings import ServerSettings
 from art.server.sse import EventStreams
@@ -23,6 +24,7 @@ class ServerContext:
     journal: EventJournal
     feed: EventFeed
     runs: RunManager
+    threads: ThreadAccess
     streams: EventStreams
 
     @property

@@ -28,12 +28,21 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
+from art.core.binary import JsonDict
 from art.core.log import get_logger
 from art.core.serialization import safe_stringify, truncate
 from art.observe.event_log import stored_events
 from art.observe.events import Event
 from art.responses import AgentFinalResponse, ConversationMessage, StepRecord, utcnow
-from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension, ThreadSummary
+from art.storage.contract import (
+    RunRecord,
+    StorageAdapter,
+    StoredEvent,
+    Suspension,
+    ThreadPage,
+    ThreadQuery,
+    ThreadSummary,
+)
 
 __all__ = ["MAX_VALUE_CHARS", "EventJournal", "JournaledStorage", "stored_event"]
 
@@ -174,6 +183,10 @@ class JournaledStorage(StorageAdapter):
         self.url = inner.url
         self.journal = journal
 
+    @property
+    def backing(self) -> StorageAdapter:
+        return self.inner.backing
+
     def __repr__(self) -> str:
         return f"JournaledStorage({self.inner!r})"
 
@@ -261,6 +274,23 @@ class JournaledStorage(StorageAdapter):
 
     async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
         return await self.inner.list_threads(limit=limit)
+
+    async def get_thread(self, thread_id: str) -> ThreadSummary | None:
+        return await self.inner.get_thread(thread_id)
+
+    async def claim_thread(
+        self, thread_id: str, owner: str | None, metadata: JsonDict | None = None
+    ) -> ThreadSummary:
+        return await self.inner.claim_thread(thread_id, owner, metadata)
+
+    async def update_thread(self, thread_id: str, metadata: JsonDict) -> ThreadSummary | None:
+        return await self.inner.update_thread(thread_id, metadata)
+
+    async def search_threads(self, query: ThreadQuery) -> ThreadPage:
+        return await self.inner.search_threads(query)
+
+    async def delete_run(self, run_id: str) -> bool:
+        return await self.inner.delete_run(run_id)
 
     async def delete_thread(self, thread_id: str) -> bool:
         return await self.inner.delete_thread(thread_id)

@@ -23,6 +23,7 @@ from sse_starlette import ServerSentEvent
 from starlette.responses import JSONResponse, Response
 
 from art.server.context import ServerContext, get_context
+from art.server.principals import Principal, authenticated
 from art.server.problems import Problem
 from art.server.runs import ActiveRun
 from art.server.settings import valid_thread_id
@@ -32,6 +33,7 @@ __all__ = ["ChatRequest", "router"]
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 Context = Annotated[ServerContext, Depends(get_context)]
+Caller = Annotated[Principal, Depends(authenticated)]
 MODEL_ID = "art"
 
 
@@ -93,6 +95,7 @@ async def list_models() -> dict[str, Any]:
 async def chat_completions(
     body: ChatRequest,
     ctx: Context,
+    caller: Caller,
     thread_header: Annotated[str | None, Header(alias="X-Art-Thread-Id", max_length=128)] = None,
 ) -> Response:
     """Run the agent on the last user message; a chat completion (or its chunks)."""
@@ -102,7 +105,10 @@ async def chat_completions(
     query = _query(body, threaded=thread_id is not None)
     if len(query) > ctx.settings.max_query_chars:
         raise Problem(422, "the query is too long for this server", code="QUERY_TOO_LONG")
-    active = await ctx.runs.start(thread_id or f"chat-{uuid.uuid4().hex[:16]}", query)
+    thread_id = thread_id or f"chat-{uuid.uuid4().hex[:16]}"
+    await ctx.threads.claim(caller, thread_id)
+    options = None if caller.admin else {"user_id": caller.user}
+    active = await ctx.runs.start(thread_id, query, options)
     completion_id = f"chatcmpl-{active.run_id or uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from art.core.log import get_logger
 from art.engine.suspension import Decision
@@ -24,9 +25,15 @@ from art.observe.events import Event
 from art.responses import AgentFinalResponse
 from art.server.journal import EventJournal
 from art.server.problems import Problem
+from art.server.webhooks import WebhookSender
 from art.storage.contract import RunRecord, StoredEvent
 
-__all__ = ["ActiveRun", "RunManager"]
+__all__ = ["ActiveRun", "MultitaskStrategy", "QueuedRun", "RunManager"]
+
+#: What a new run does when the thread is busy: `reject` it (409), `enqueue` it after the
+#: runs before it, `interrupt` the current run (cancelled, its finished steps kept), or
+#: `rollback` the current run (cancelled and deleted).
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 
 log = get_logger("art.server")
 
@@ -40,6 +47,8 @@ class ActiveRun:
     #: When it was launched: every event of its session is stored with a later time.
     since: datetime
     run_id: str | None = None
+    #: The run's own webhook URL (besides the server's).
+    webhook: str | None = None
     started: asyncio.Future[str] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -50,13 +59,39 @@ class ActiveRun:
         return self.task.result()
 
 
+@dataclass
+class QueuedRun:
+    """A run waiting for its thread (the `enqueue` strategy): it starts, with `run_id`,
+    when the runs before it have ended."""
+
+    thread_id: str
+    run_id: str
+    task: asyncio.Task[AgentFinalResponse]
+
+    async def wait(self) -> AgentFinalResponse:
+        await asyncio.wait({self.task})
+        return self.task.result()
+
+
 class RunManager:
     """Starts, tracks, cancels and drains the runs of one instance."""
 
-    def __init__(self, instance: ArtInstance, journal: EventJournal) -> None:
+    def __init__(
+        self,
+        instance: ArtInstance,
+        journal: EventJournal,
+        poll_interval_s: float = 0.5,
+        webhooks: WebhookSender | None = None,
+    ) -> None:
         self.instance = instance
         self.journal = journal
+        self.poll_interval_s = poll_interval_s
+        self.webhooks = webhooks
+        # A run's own webhook URL, kept until the run ends (a suspended run keeps it).
+        self._run_webhooks: dict[str, str] = {}
         self._active: dict[str, ActiveRun] = {}
+        # The newest queued run of each thread: the next one queued waits for it.
+        self._queued: dict[str, QueuedRun] = {}
         self._deadline: float | None = None
         self._unsubscribe = instance.events.subscribe(self._on_event)
 
@@ -64,19 +99,122 @@ class RunManager:
     def draining(self) -> bool:
         return self._deadline is not None
 
+    def webhooks_allow(self, url: str) -> bool:
+        """Whether a run may name `url` as its own webhook."""
+        return self.webhooks is not None and self.webhooks.policy.allows(url)
+
     def executing(self, thread_id: str) -> ActiveRun | None:
         """The run this process executes on `thread_id`, if any."""
         return self._active.get(thread_id)
 
     # -- starting -------------------------------------------------------------------------
     async def start(
-        self, thread_id: str, query: str, options: Mapping[str, Any] | None = None
+        self,
+        thread_id: str,
+        query: str,
+        options: Mapping[str, Any] | None = None,
+        strategy: MultitaskStrategy = "reject",
+        webhook: str | None = None,
     ) -> ActiveRun:
         """Start `query` on `thread_id`; returns once the run exists (its id is known).
 
+        With `strategy` `interrupt` or `rollback` the thread's current run (executing here,
+        suspended, or left by a crash) is cancelled first, and with `rollback` deleted.
         Raises Problem 409 THREAD_BUSY when another run holds the thread (here or in
         another process), 503 while the server shuts down."""
-        return await self._launch(thread_id, self.instance.aprocess(query, thread_id, options))
+        if strategy in ("interrupt", "rollback"):
+            await self._make_way(thread_id, delete=strategy == "rollback")
+        coro = self.instance.aprocess(query, thread_id, options)
+        return await self._launch(thread_id, coro, webhook)
+
+    async def fork(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_id: str,
+        args: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+        webhook: str | None = None,
+    ) -> ActiveRun:
+        """Start a fork of `run_id` from `step_id` (see `ArtInstance.afork`); raises its
+        ForkError or ThreadBusyError when the fork cannot start."""
+        coro = self.instance.afork(thread_id, run_id, step_id, args=args, options=options)
+        return await self._launch(thread_id, coro, webhook)
+
+    def enqueue(
+        self,
+        thread_id: str,
+        query: str,
+        options: Mapping[str, Any] | None = None,
+        webhook: str | None = None,
+    ) -> QueuedRun:
+        """Queue `query` to run on `thread_id` once the runs before it (here, queued here,
+        or in another process) have ended; its run id is known at once."""
+        if self.draining:
+            raise Problem(503, "the server is shutting down; retry on another server")
+        run_id = uuid.uuid4().hex
+        before = self._queued.get(thread_id)
+        run_options = {**(options or {}), "run_id": run_id}
+
+        async def when_free() -> AgentFinalResponse:
+            if before is not None:
+                await asyncio.wait({before.task})
+            while True:
+                current = self._active.get(thread_id)
+                if current is not None:
+                    await asyncio.wait({current.task})
+                    continue
+                try:
+                    coro = self.instance.aprocess(query, thread_id, run_options)
+                    active = await self._launch(thread_id, coro, webhook)
+                except Problem as busy:  # a run of another process holds the thread
+                    if busy.status != 409 or self.draining:
+                        raise
+                    await asyncio.sleep(self.poll_interval_s)
+                    continue
+                return await active.wait()
+
+        task = asyncio.get_running_loop().create_task(when_free(), name=f"art-queued-{run_id}")
+        queued = QueuedRun(thread_id, run_id, task)
+        self._queued[thread_id] = queued
+        task.add_done_callback(lambda _: self._dequeued(queued))
+        return queued
+
+    def _dequeued(self, queued: QueuedRun) -> None:
+        if self._queued.get(queued.thread_id) is queued:
+            del self._queued[queued.thread_id]
+        if not queued.task.cancelled() and queued.task.exception() is not None:
+            log.error(
+                "a queued run could not start",
+                thread_id=queued.thread_id,
+                run_id=queued.run_id,
+                exc_info=queued.task.exception(),
+            )
+
+    async def _make_way(self, thread_id: str, *, delete: bool) -> None:
+        """Cancel the thread's current run (and with `delete` remove it)."""
+        active = self._active.get(thread_id)
+        if active is not None:
+            await asyncio.wait({active.task, active.started}, return_when=asyncio.FIRST_COMPLETED)
+            run_id = active.run_id or (
+                active.started.result()
+                if active.started.done() and not active.started.cancelled()
+                else None
+            )
+            if run_id is None:  # it ended before it began
+                await asyncio.wait({active.task})
+                return
+        else:
+            record = await self.instance.storage.get_active_run(thread_id)
+            if record is None:
+                return
+            run_id = record.run_id
+        reason = "a newer run on the thread interrupted it"
+        if active is not None and active.run_id is None:
+            active.run_id = run_id
+        await self.cancel(thread_id, run_id, reason)
+        if delete:
+            await self.instance.storage.delete_run(run_id)
 
     async def resume(
         self,
@@ -113,7 +251,10 @@ class RunManager:
         return None
 
     async def _launch(
-        self, thread_id: str, coro: Coroutine[Any, Any, AgentFinalResponse]
+        self,
+        thread_id: str,
+        coro: Coroutine[Any, Any, AgentFinalResponse],
+        webhook: str | None = None,
     ) -> ActiveRun:
         if self.draining:
             coro.close()
@@ -123,7 +264,7 @@ class RunManager:
             raise _busy(thread_id)
         since = datetime.now(UTC)
         task = asyncio.get_running_loop().create_task(coro, name=f"art-run-{thread_id}")
-        active = ActiveRun(thread_id, task, since)
+        active = ActiveRun(thread_id, task, since, webhook=webhook)
         self._active[thread_id] = active
         task.add_done_callback(lambda _: self._ended(active))
         either: set[asyncio.Future[Any]] = {task, active.started}
@@ -150,13 +291,28 @@ class RunManager:
     def _ended(self, active: ActiveRun) -> None:
         if self._active.get(active.thread_id) is active:
             del self._active[active.thread_id]
+        began = active.started.done() and not active.started.cancelled()
         if not active.started.done():
             active.started.cancel()
         task = active.task
         error = None if task.cancelled() else task.exception()
+        if began and error is None and not task.cancelled():
+            self._call_back(task.result(), active.webhook)
         # An ArtError (a decided suspension, bad options) is the caller's answer, not a fault.
         if error is not None and not isinstance(error, ArtError):
             log.error("run task failed", thread_id=active.thread_id, exc_info=error)
+
+    def _call_back(self, response: AgentFinalResponse, webhook: str | None) -> None:
+        """Send the run's end (or suspension) to its webhooks; a suspended run's own URL
+        is kept for the part that resumes it."""
+        run_id = response.metadata.run_id
+        if run_id is None:
+            return
+        run_url = webhook or self._run_webhooks.pop(run_id, None)
+        if run_url is not None and response.metadata.status == "suspended":
+            self._run_webhooks[run_id] = run_url
+        if self.webhooks is not None:
+            self.webhooks.run_ended(response, run_url)
 
     # -- cancelling -----------------------------------------------------------------------
     async def cancel(self, thread_id: str, run_id: str, reason: str) -> RunRecord:
@@ -228,8 +384,11 @@ class RunManager:
             log.info("draining runs", runs=len(self._active), grace_s=grace_s)
 
     async def shutdown(self, grace_s: float) -> None:
-        """Wait for the runs until the drain's deadline, then interrupt the rest."""
+        """Wait for the runs until the drain's deadline, then interrupt the rest. Runs
+        still queued here are dropped (they never started)."""
         self.begin_drain(grace_s)
+        for queued in list(self._queued.values()):
+            queued.task.cancel("the server is shutting down")
         assert self._deadline is not None
         tasks = {active.task for active in self._active.values()}
         if tasks:

@@ -3,22 +3,18 @@
 `RequestGuard` is plain ASGI middleware: it refuses a request before any route sees it
 when its URL is too long (414), its body too large (413, read at most once and replayed
 to the route), or its Host header not one the server answers to (400; only when running
-without keys, against DNS rebinding). `KeyCheck` is the dependency every API route has.
+without keys, against DNS rebinding). Who the caller is: `art.server.principals`.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Sequence
-
-from fastapi import Security
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from art.server.problems import Problem, problem_response
 from art.server.settings import ServerSettings, is_loopback
 
-__all__ = ["LOOPBACK_HOSTS", "PUBLIC_ROUTES", "KeyCheck", "RequestGuard", "bearer_scheme"]
+__all__ = ["LOOPBACK_HOSTS", "PUBLIC_ROUTES", "RequestGuard", "allowed_hosts", "bearer_scheme"]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 #: The only routes that answer without a key when keys are set: the inspector's page and
@@ -31,32 +27,6 @@ bearer_scheme = HTTPBearer(
     auto_error=False,
     description="An API key given to `art serve` (--api-key or ART_API_KEYS).",
 )
-
-
-class KeyCheck:
-    """Requires `Authorization: Bearer <key>` with one of the configured keys (when any)."""
-
-    def __init__(self, keys: Sequence[str]) -> None:
-        self._keys = [key.encode() for key in keys]
-
-    async def __call__(
-        self, credentials: HTTPAuthorizationCredentials | None = Security(bearer_scheme)
-    ) -> None:
-        if not self._keys:
-            return
-        if credentials is None:
-            raise _unauthorized("this server needs an API key: send Authorization: Bearer <key>")
-        given = credentials.credentials.encode()
-        # Compare with every key, always: the time taken says nothing about which matched.
-        matched = False
-        for key in self._keys:
-            matched |= hmac.compare_digest(given, key)
-        if not matched:
-            raise _unauthorized("the API key is not valid")
-
-
-def _unauthorized(detail: str) -> Problem:
-    return Problem(401, detail, headers={"WWW-Authenticate": 'Bearer realm="art"'})
 
 
 def allowed_hosts(settings: ServerSettings) -> frozenset[str] | None:

@@ -26,6 +26,15 @@ RunState = Literal["running", "suspended", "completed", "partial", "failed", "ab
 ACTIVE_RUN_STATES: frozenset[str] = frozenset({"running", "suspended"})
 
 
+class ForkOrigin(ArtModel):
+    """Where a fork came from: the run and step it was forked from, and the arguments it
+    gave that step (None: the step's own)."""
+
+    run_id: str
+    step_id: str
+    args: JsonDict | None = None
+
+
 class RunRecord(ArtModel):
     """One `process` call on a thread, from plan to answer, as stored."""
 
@@ -55,6 +64,8 @@ class RunRecord(ArtModel):
     duration_ms: float = 0.0
     error: RunError | None = None
     answer: str | None = None
+    # A fork's origin (`ArtInstance.afork`); None for a run of its own.
+    forked_from: ForkOrigin | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0
@@ -72,6 +83,10 @@ class Suspension(ArtModel):
     args: JsonDict = Field(default_factory=dict)
     # What the tool returned with its suspended result: the question for the human.
     prompt: JsonData = None
+    # The tool asked for input in the middle of a call (an MCP elicitation): an approval
+    # runs it again with its own arguments and the decision's `modified_args` as
+    # `ExecutionContext.decision["answer"]`; see `art.tooling.contract.ASKS_FOR_INPUT`.
+    asks_for_input: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     decision: dict[str, Any] | None = None
     decided_at: datetime | None = None
@@ -101,12 +116,43 @@ class ThreadSummary(ArtModel):
     last_query: str | None = None
     last_status: RunState | None = None
     updated_at: datetime | None = None
+    created_at: datetime | None = None
+    # Who created the thread (`art serve`'s user), None for a thread made outside a server
+    # with users; set once, when the thread is first stored.
+    owner: str | None = None
+    metadata: JsonDict = Field(default_factory=dict)
+
+
+class ThreadQuery(ArtModel):
+    """Which threads `search_threads` returns: every filter given must hold."""
+
+    owner: str | None = None
+    # Each key must be in the thread's metadata with exactly this (scalar) value.
+    metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    # The status of the thread's newest run.
+    status: RunState | None = None
+    limit: int = Field(default=50, ge=1, le=500)
+    # `next_cursor` of the page before: the threads after it, in the same order.
+    cursor: str | None = None
+
+
+class ThreadPage(ArtModel):
+    """Threads most recently updated first, and the cursor of the next page (None: the last)."""
+
+    threads: list[ThreadSummary]
+    next_cursor: str | None = None
 
 
 class StorageAdapter(ABC):
     """Durable thread state. Implementations must make every write atomic and committed."""
 
     url: str = ""
+
+    @property
+    def backing(self) -> StorageAdapter:
+        """The adapter that keeps the data: this one, or the one a wrapper (`art serve`'s
+        journal) passes every call to. Queued runs choose their queue by it."""
+        return self
 
     async def open(self) -> None:  # noqa: B027 - optional for adapters with nothing to open
         """Connect and migrate. Idempotent."""
@@ -182,6 +228,12 @@ class StorageAdapter(ABC):
         The thread's runs, suspensions and events stay."""
         raise NotImplementedError(f"{type(self).__name__} cannot replace a thread's history")
 
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete a run that ended without an exchange (a cancelled one): its record, step
+        records, suspensions and events, in one write; False when there is no such run.
+        The thread and its other runs stay."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete a run")
+
     async def delete_thread(self, thread_id: str) -> bool:
         """Delete everything stored for the thread (runs, step records, suspensions,
         history, events), in one write; False when nothing was stored for it."""
@@ -209,6 +261,27 @@ class StorageAdapter(ABC):
     @abstractmethod
     async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
         """Threads, most recently updated first."""
+
+    async def get_thread(self, thread_id: str) -> ThreadSummary | None:
+        """The thread's summary with its owner and metadata; None when nothing is stored."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read a thread's owner")
+
+    async def claim_thread(
+        self, thread_id: str, owner: str | None, metadata: JsonDict | None = None
+    ) -> ThreadSummary:
+        """Store the thread with `owner` and `metadata` unless it exists, atomically (of two
+        concurrent claims one creates it), and return the thread as stored: an existing
+        thread keeps its owner and metadata."""
+        raise NotImplementedError(f"{type(self).__name__} cannot store a thread's owner")
+
+    async def update_thread(self, thread_id: str, metadata: JsonDict) -> ThreadSummary | None:
+        """Merge `metadata` into the thread's (a key given None is removed); None when the
+        thread does not exist."""
+        raise NotImplementedError(f"{type(self).__name__} cannot store thread metadata")
+
+    async def search_threads(self, query: ThreadQuery) -> ThreadPage:
+        """One page of the threads `query` selects, most recently updated first."""
+        raise NotImplementedError(f"{type(self).__name__} cannot search threads")
 
     # -- one worker per thread ----------------------------------------------------
     @abstractmethod

@@ -29,7 +29,10 @@ __all__ = [
     "default_sqlite_path",
     "dump_json",
     "load_json",
+    "merge_metadata",
+    "metadata_matches",
     "open_storage",
+    "thread_cursor",
     "timestamp_key",
 ]
 
@@ -175,3 +178,39 @@ def timestamp_key(moment: datetime) -> str:
     """A fixed-width UTC ISO string, so text order is time order (naive means UTC)."""
     # isoformat, cheaper than strftime, always ends in "+00:00" with explicit microseconds.
     return as_utc(moment).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def merge_metadata(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`current` with `update`'s keys set, and those `update` gives None removed."""
+    merged = dict(current)
+    for key, value in update.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def metadata_matches(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether every key of `wanted` is in `stored` with that scalar value: strings equal,
+    numbers equal by value, booleans and null only themselves (what every adapter's
+    search does)."""
+    for key, value in wanted.items():
+        if key not in stored:
+            return False
+        found = stored[key]
+        if isinstance(value, bool) or value is None or isinstance(found, bool):
+            if found is not value:
+                return False
+        elif isinstance(value, str) != isinstance(found, str) or found != value:
+            return False
+    return True
+
+
+def thread_cursor(cursor: str | None) -> int | None:
+    """The position a `ThreadPage.next_cursor` stands for; ValueError when it is not one."""
+    if cursor is None:
+        return None
+    if not cursor.isdigit() or len(cursor) > 19:
+        raise ValueError(f"not a thread cursor: {cursor[:40]!r}")
+    return int(cursor)

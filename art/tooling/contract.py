@@ -28,6 +28,10 @@ class ToolExample(ArtModel):
 #: to the `suspended` event and the suspension for a UI to use.
 RUN_ON_APPROVAL = "run_on_approval"
 BLOCKING_PROMPT = "prompt"
+#: A suspended result's metadata key: the tool (of any mode) stopped to ask a person for
+#: input mid-call; once approved it runs again with its own arguments and the decision in
+#: `ExecutionContext.decision`, the reviewer's `modified_args` as its `answer`.
+ASKS_FOR_INPUT = "asks_for_input"
 
 
 class ToolSchema(ArtModel):

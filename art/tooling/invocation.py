@@ -41,7 +41,13 @@ from art.core.binary import JSON_SCALARS
 from art.core.log import get_logger
 from art.core.serialization import safe_stringify, to_jsonable
 from art.errors import ToolErrorCode
-from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
+from art.tooling.contract import (
+    ASKS_FOR_INPUT,
+    ExecutionContext,
+    IToolExecutor,
+    ToolResult,
+    ToolSchema,
+)
 from art.tooling.registry import (
     ToolEntry,
     build_validator,
@@ -654,7 +660,12 @@ def _checked(
             f"tool_name={name!r} (self.schema.name)",
             **keep,
         )
-    if result.status == "suspended" and schema.mode != "blocking":
+    if (
+        result.status == "suspended"
+        and schema.mode != "blocking"
+        # A tool asked for input mid-call (an MCP elicitation) may suspend in any mode.
+        and not result.metadata.get(ASKS_FOR_INPUT)
+    ):
         return _violation(
             name,
             context,

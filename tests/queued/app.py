@@ -38,6 +38,11 @@ class Settings:
     step_s: float = 0.01
     llm_s: float = 0.0
     queue: dict[str, Any] = field(default_factory=dict)
+    # Runs that kill their worker (os._exit), by query: "plan" in planning, "tool" in
+    # their first step, each `poison_after_s` after it started.
+    poison: dict[str, str] = field(default_factory=dict)
+    poison_after_s: float = 0.5
+    step_max_retries: int = 2
 
     def env(self) -> dict[str, str]:
         return {SETTINGS_ENV: json.dumps(asdict(self))}
@@ -69,6 +74,8 @@ async def work(tag: str, prev: int, context: art.ExecutionContext) -> int:
     """
     assert _settings is not None
     _log("started", tag, context)
+    if _settings.poison.get(tag) == "tool":
+        await _die(_settings.poison_after_s)
     await asyncio.sleep(_settings.step_s)
     _log("finished", tag, context)
     return prev + 1
@@ -94,9 +101,18 @@ def chain_plan(tag: str, depth: int) -> dict[str, Any]:
     return {"title": f"Chain {tag}", "steps": steps}
 
 
-def _planning(messages: list[dict[str, Any]], metadata: Any) -> dict[str, Any]:
+async def _die(after_s: float) -> None:
+    """Kill this worker process, as a segfault or the OOM killer would."""
+    await asyncio.sleep(after_s)
+    os._exit(70)
+
+
+def _planning(messages: list[dict[str, Any]], metadata: Any) -> Any:
     assert _settings is not None
-    return chain_plan(query_of(messages), _settings.depth)
+    tag = query_of(messages)
+    if _settings.poison.get(tag) == "plan":
+        return _die(_settings.poison_after_s)
+    return chain_plan(tag, _settings.depth)
 
 
 def make_instance(settings: Settings) -> tuple[art.ArtInstance, ScriptedModel]:
@@ -107,7 +123,7 @@ def make_instance(settings: Settings) -> tuple[art.ArtInstance, ScriptedModel]:
         model=model.model,
         tools=[work],
         storage=settings.storage,
-        execution_config={"step_timeout_s": 600},
+        execution_config={"step_timeout_s": 600, "step_max_retries": settings.step_max_retries},
         queue=settings.queue,
     )
     return inst, model

@@ -186,3 +186,32 @@ def test_the_art_worker_command_runs_runs_and_stops_on_sigterm(tmp_path: Path) -
     assert time.monotonic() - started < 10
     assert "art worker on SQLiteStorage" in stderr and "queue art: 8 runs at a time" in stderr
     assert "worker stopped" in stderr
+
+
+def test_runs_lists_queued_runs_and_cancel_cancels_one(invoke: Any, db: str) -> None:
+    first = json.loads(invoke("submit", "q1", "-T", "a", "--storage", db, "--json").stdout)
+    invoke("submit", "q2", "-T", "b", "--storage", db)
+
+    listed = invoke("runs", "--storage", db)
+    assert listed.exit_code == EXIT_OK, listed.output
+    assert first["run_id"] in listed.stdout and "queued" in listed.stdout
+    only_a = json.loads(invoke("runs", "--storage", db, "-t", "a", "--json").stdout)["runs"]
+    assert [(r["run_id"], r["state"], r["query"]) for r in only_a] == [
+        (first["run_id"], "queued", "q1")
+    ]
+
+    cancelled = invoke("cancel", first["run_id"], "--storage", db)
+    assert cancelled.exit_code == EXIT_OK, cancelled.output
+    assert f"run {first['run_id']}: cancelled" in cancelled.stdout
+    again = invoke("cancel", first["run_id"], "--storage", db)
+    assert again.exit_code == 1 and "it had already ended" in again.output
+    missing = invoke("cancel", "no-such-run", "--storage", db)
+    assert missing.exit_code == 1 and "no queued run 'no-such-run'" in missing.output
+
+    ended = json.loads(invoke("runs", "--storage", db, "-s", "ended", "--json").stdout)["runs"]
+    assert [(r["run_id"], r["job_state"]) for r in ended] == [(first["run_id"], "cancelled")]
+    queued = json.loads(invoke("runs", "--storage", db, "-s", "queued", "--json").stdout)
+    assert [r["query"] for r in queued["runs"]] == ["q2"]
+    assert invoke("retry", first["run_id"], "--storage", db).exit_code == 1  # not dead
+    bad = invoke("runs", "--storage", db, "-s", "lost")
+    assert bad.exit_code == EXIT_USAGE and "unknown run state" in bad.output

@@ -444,8 +444,9 @@ async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_
     queue_database: str, gate: Gate
 ) -> None:
     """A live worker the others took for dead (its heartbeats stopped reaching the database):
-    the run it holds is taken over, the lease keeps the two from running it together, it
-    stops, and the run's job is ended once, by its new worker."""
+    the run it holds is taken over, the lease keeps the two from running it together, the
+    run's job is ended once, by its new worker, and the worker starts again under a new id
+    (it does not stop: after a long outage every worker may have been taken for dead)."""
     import psycopg
 
     model = ScriptedModel(planning=gate_plan, synthesis="done")
@@ -463,10 +464,11 @@ async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_
             handle = await first.asubmit("slow", "t1")
             await gate.wait_entered(1)
             async with await psycopg.AsyncConnection.connect(queue_database) as conn:
-                await conn.execute(  # what the others do to a worker silent too long
+                cursor = await conn.execute(  # what the others do to a worker silent too long
                     "DELETE FROM procrastinate_workers WHERE id IN"
-                    " (SELECT worker_id FROM art_queue_workers WHERE name = 'a')"
+                    " (SELECT worker_id FROM art_queue_workers WHERE name = 'a') RETURNING id"
                 )
+                (first_id,) = await cursor.fetchone() or (None,)
                 await conn.commit()
             serving.append(
                 asyncio.create_task(run_worker(second, name="b", started=workers.append))
@@ -483,14 +485,117 @@ async def test_a_worker_presumed_dead_leaves_its_run_to_the_worker_that_took_it_
             assert await taken_over()
             gate.release.set()
             record = await asyncio.wait_for(handle.result(), 20)
-            await asyncio.wait(serving[:1], timeout=20)  # "a" stopped on its own
-            assert serving[0].done() and serving[0].exception() is None, serving[0]
+
+            async def a_again() -> list[Any]:
+                return [w for w in (await second.queue.stats()).workers if w.name == "a"]
+
+            for _ in range(200):
+                if await a_again():
+                    break
+                await asyncio.sleep(0.05)
+            (again,) = await a_again()
+            assert again.worker_id != first_id and not serving[0].done()
+            for worker in workers:
+                worker.stop()
+            await asyncio.gather(*serving)
             stats = await second.queue.stats()
-            assert [w.name for w in stats.workers] == ["b"]
-            workers[1].stop()
-            await serving[1]
     finally:
         model.unregister()
     assert record.status == "completed"
     assert gate.entered == ["slow"]  # run once, by "a"; "b" found it ended
     assert stats.jobs == {"succeeded": 1}
+
+
+async def test_sqlite_worker_ids_are_never_reused_even_in_a_database_made_before(
+    tmp_path: Path,
+) -> None:
+    """A worker id names one worker for ever: after the newest worker's row is removed (it
+    stopped, or was presumed dead), the next worker gets a new id, also in a database whose
+    queue tables an earlier art made (INTEGER PRIMARY KEY reused the highest id)."""
+    import sqlite3
+
+    from art.config import QueueConfig
+    from art.queue.sqlite import MIGRATIONS, SQLiteQueue
+
+    path = tmp_path / "art.db"
+    with sqlite3.connect(path) as conn:  # the tables as the first version made them
+        conn.execute(
+            "CREATE TABLE queue_schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)"
+        )
+        conn.executescript(MIGRATIONS[0])
+        conn.execute("INSERT INTO queue_schema_version VALUES (1, '2025-01-01')")
+        for worker_id in (1, 2, 3):
+            conn.execute(
+                "INSERT INTO queue_workers VALUES (?, 'art', 'w', 'h', 1, '2025-01', '2025-01')",
+                (worker_id,),
+            )
+        conn.execute(  # a job still names a worker removed long ago
+            "INSERT INTO queue_jobs (queue, run_id, thread_id, spec, status, worker_id,"
+            " created_at) VALUES ('art', 'r1', 't1', '{}', 'succeeded', 7, '2025-01-01')"
+        )
+        conn.execute("DELETE FROM queue_workers WHERE id = 3")
+    queue = SQLiteQueue(str(path), QueueConfig())
+    try:
+        first = await queue.register("a")
+        assert first == 8
+        await queue.unregister(first)
+        assert await queue.register("b") == 9
+        assert await queue.heartbeat(first) is False  # the old id is nobody's
+    finally:
+        await queue.close()
+
+
+async def test_a_dead_lettered_run_is_listed_retried_and_discarded(sqlite_directory: Path) -> None:
+    """A run whose worker died running it alone `max_worker_deaths` times ends failed,
+    WORKER_DIED; `runs(["dead"])` lists it with its attempts; `retry` runs it again (it
+    completes); `discard` deletes another's job and leaves its run failed in storage."""
+    url = f"sqlite:///{sqlite_directory / 'a.db'}"
+    plan = {
+        "title": "Sum",
+        "steps": [{"id": "s1", "tool": "calculator", "args": {"expression": "1+1"}}],
+    }
+    queue_config = {**FAST, "in_process": False, "max_worker_deaths": 1}
+    with ScriptedModel(planning=plan, synthesis="2") as model:
+        inst = art.create_art_instance(
+            model=model.model, tools=[Calculator()], storage=url, queue=queue_config
+        )
+        async with inst:
+            backend = open_backend(inst.storage, inst.config.queue)
+            handles = [await inst.asubmit(f"q{n}", f"t{n}") for n in range(2)]
+            for _ in handles:  # each taken alone by a worker that dies at once
+                doomed = await backend.register("doomed")
+                assert len(await backend.claim(doomed, 1)) == 1
+            workers: list[Any] = []
+            serving = asyncio.create_task(run_worker(inst, name="live", started=workers.append))
+            try:
+                ended = [await asyncio.wait_for(h.result(), 10) for h in handles]
+                assert [(r.status, r.error and r.error.code) for r in ended] == [
+                    ("failed", "WORKER_DIED")
+                ] * 2
+                dead = await inst.queue.runs(["dead"])
+                assert sorted(r.run_id for r in dead) == sorted(h.id for h in handles)
+                assert [[a.outcome for a in r.attempts] for r in dead] == [["worker_died"]] * 2
+                assert [a.worker for a in dead[0].attempts] == ["doomed"]
+                assert await inst.queue.runs(["queued", "running", "stuck"]) == []
+
+                retried, discarded = handles
+                assert await inst.queue.retry(retried.id) is True
+                record = await asyncio.wait_for(retried.result(), 10)
+                assert record.status == "completed" and record.error is None
+                (again,) = await inst.queue.runs(["ended"])
+                assert [a.outcome for a in again.attempts] == [
+                    "worker_died_before_retry",
+                    "completed",
+                ]
+                assert again.attempts[-1].worker == "live"
+                assert await inst.queue.retry(retried.id) is False  # not dead any more
+
+                assert await inst.queue.discard(discarded.id) is True
+                assert await inst.queue.runs(["dead"]) == []
+                assert await discarded.astatus() == "failed"  # read from storage
+                with pytest.raises(ConfigurationError, match="unknown run state"):
+                    await inst.queue.runs(["lost"])
+            finally:
+                workers[0].stop()
+                await serving
+                await backend.close()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -277,3 +280,69 @@ def check_agui_sequence(events: list[Any], body: dict[str, Any]) -> None:
         assert {k: v for k, v in state.items() if k in ("steps", "display")} == {
             k: v for k, v in final.snapshot.items() if k in ("steps", "display")
         }
+
+
+# -- the inspector's browser ------------------------------------------------------------
+
+CHROMIUM = os.environ.get("ART_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for the module."""
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        message = (
+            f"Chromium not found at {CHROMIUM}: install the Debian package chromium "
+            "(.ci/run does), or point ART_TEST_CHROMIUM at a Chromium binary"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"the inspector's browser tests need Chromium in CI. {message}")
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class PageErrors(list[str]):
+    """What the page reported as errors; a test may take out those it expects, or name
+    them with `expect` (errors the browser reports after the test's last step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expected: list[str] = []
+
+    def expect(self, *parts: str) -> None:
+        self.expected.extend(parts)
+
+    def unexpected(self) -> list[str]:
+        return [error for error in self if not any(part in error for part in self.expected)]
+
+
+@pytest.fixture
+def page_errors() -> PageErrors:
+    return PageErrors()
+
+
+@pytest.fixture
+def page(browser: Any, page_errors: PageErrors) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    page.on("console", lambda m: page_errors.append(m.text) if m.type == "error" else None)
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+    assert not page_errors.unexpected(), f"the page reported errors: {page_errors}"

@@ -249,7 +249,7 @@ def test_a_plan_is_made_without_running_anything(server: Server) -> None:
     assert plan["plan"]["title"] == "Two sums"
     assert [s["id"] for s in plan["plan"]["steps"]] == ["s1", "s2"]
     assert plan["mermaid"].startswith("flowchart TD")
-    assert client.get("/threads").json() == {"threads": []}
+    assert client.get("/threads").json() == {"threads": [], "nextCursor": None}
 
 
 def test_tools_are_listed_with_their_schemas_and_modes(server: Server) -> None:
@@ -275,7 +275,9 @@ def test_the_openapi_document_describes_every_resource(server: Server) -> None:
     }
     assert operations == {
         ("/threads", "get"),
+        ("/threads", "post"),
         ("/threads/{thread_id}", "get"),
+        ("/threads/{thread_id}", "patch"),
         ("/threads/{thread_id}", "delete"),
         ("/threads/{thread_id}/events", "get"),
         ("/threads/{thread_id}/runs", "get"),
@@ -283,6 +285,7 @@ def test_the_openapi_document_describes_every_resource(server: Server) -> None:
         ("/threads/{thread_id}/runs/{run_id}", "get"),
         ("/threads/{thread_id}/runs/{run_id}/wait", "get"),
         ("/threads/{thread_id}/runs/{run_id}/cancel", "post"),
+        ("/threads/{thread_id}/runs/{run_id}/fork", "post"),
         ("/threads/{thread_id}/runs/{run_id}/events", "get"),
         ("/threads/{thread_id}/suspensions", "get"),
         ("/threads/{thread_id}/suspensions/{suspension_id}/decision", "post"),

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,55 +21,7 @@ from .conftest import APPROVAL_PLAN
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("ART_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 KEY = "inspector-key-0123456789"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One Chromium for the module."""
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        message = (
-            f"Chromium not found at {CHROMIUM}: install the Debian package chromium "
-            "(.ci/run does), or point ART_TEST_CHROMIUM at a Chromium binary"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(f"the inspector's browser tests need Chromium in CI. {message}")
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page_errors() -> list[str]:
-    """What the page reported as errors (a test may take out those it expects)."""
-    return []
-
-
-@pytest.fixture
-def page(browser: Any, page_errors: list[str]) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.on("pageerror", lambda error: page_errors.append(str(error)))
-    page.on("console", lambda m: page_errors.append(m.text) if m.type == "error" else None)
-    page.set_default_timeout(20_000)
-    yield page
-    context.close()
-    assert not page_errors, f"the page reported errors: {page_errors}"
 
 
 def test_ask_watch_approve_and_read_the_answer_in_the_inspector(
@@ -138,6 +88,46 @@ def test_ask_watch_approve_and_read_the_answer_in_the_inspector(
     }
     for name in ("1-home", "2-waiting-for-approval", "3-step-details", "4-completed"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+
+
+def test_the_inspector_answers_an_mcp_servers_question(
+    scripted_model: Any, page: Any, tmp_path: Path
+) -> None:
+    """server-everything's elicitation suspends the run; the page shows the question and
+    a box prefilled with the form's defaults, and the answer typed there reaches the server."""
+    from mcp_fixtures import everything_server
+
+    from art.server import create_app, serve_in_thread
+
+    plan = {"steps": [{"id": "s1", "tool": "everything__trigger_elicitation_request"}]}
+    model = scripted_model(planning=plan, synthesis="Thanks, Ada.")
+    app = create_app(
+        model=model.model,
+        storage="memory://",
+        mcp_servers={"everything": everything_server()},
+        settings=ServerSettings(poll_interval_s=0.1),
+    )
+    with serve_in_thread(app) as url:
+        page.goto(f"{url}/")
+        page.fill("#thread-id", "t-elicit")
+        page.fill("#query", "Ask me something")
+        page.click("#ask")
+        form = page.wait_for_selector("form.approval[data-step-id=s1]")
+        text = form.inner_text()
+        assert "Please provide inputs for the following fields:" in text
+        assert "Answer (the form's fields, as JSON)" in text
+        prefilled = page.input_value("form.approval textarea[name=args]")
+        assert '"integer": 42' in prefilled  # the form's defaults
+        page.screenshot(path=tmp_path / "elicitation.png", full_page=True)
+        page.fill("form.approval textarea[name=args]", '{"name": "Ada", "integer": 7}')
+        page.click("form.approval button[data-action=approve]")
+        page.wait_for_selector("#answer-text[data-complete=true]")
+        with httpx.Client(base_url=url) as client:
+            [run] = client.get("/threads/t-elicit/runs").json()
+        page.goto("about:blank")  # closes the page's event stream, so the server can stop
+    assert run["status"] == "completed"
+    output = run["steps"]["s1"]["result"]["output"]
+    assert '"name": "Ada"' in output and '"integer": 7' in output
 
 
 def test_a_server_with_keys_asks_the_page_for_one(

@@ -126,7 +126,7 @@ def test_an_unexpected_failure_is_a_500_problem_without_a_stack_trace(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("database password is hunter2")
 
-    monkeypatch.setattr(server.instance.storage.inner, "list_threads", broken)
+    monkeypatch.setattr(server.instance.storage.inner, "search_threads", broken)
 
     response = server.client().get("/threads")
 

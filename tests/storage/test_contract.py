@@ -13,7 +13,13 @@ from art.core.usage import TokenUsage
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.planning.plans import Plan
 from art.responses import ConversationMessage, MessageMetadata, RunError, Source, StepRecord
-from art.storage.contract import RunRecord, StorageAdapter, StoredEvent, Suspension
+from art.storage.contract import (
+    RunRecord,
+    StorageAdapter,
+    StoredEvent,
+    Suspension,
+    ThreadQuery,
+)
 from art.tooling.contract import ToolResult
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -533,6 +539,39 @@ async def test_replace_history_makes_the_messages_the_whole_history(
     assert [m.content for m in await storage.get_history("t-load-other")] == ["elsewhere"]
 
 
+async def test_delete_run_removes_that_run_only(storage: StorageAdapter) -> None:
+    runs = []
+    for n in range(2):
+        run = make_run("t-runs", f"question {n}", steps={"s1": completed_step("s1", n)})
+        await storage.create_run(run)
+        await storage.add_suspension(
+            Suspension(
+                suspension_id=new_id(),
+                thread_id="t-runs",
+                run_id=run.run_id,
+                step_id="s3",
+                tool_name="ask_human",
+                call_id=f"c{n}",
+            )
+        )
+        await storage.append_events(
+            [StoredEvent(thread_id="t-runs", run_id=run.run_id, name="session:start")]
+        )
+        runs.append(run)
+    await storage.append_message(ConversationMessage(thread_id="t-runs", role="user", content="hi"))
+
+    assert await storage.delete_run(runs[1].run_id) is True
+    assert await storage.delete_run(runs[1].run_id) is False
+
+    assert [r.run_id for r in await storage.list_runs("t-runs")] == [runs[0].run_id]
+    assert await storage.get_run(runs[1].run_id) is None
+    kept = await storage.get_run(runs[0].run_id)
+    assert kept is not None and set(kept.steps) == {"s1"}
+    assert [s.run_id for s in await storage.list_suspensions("t-runs")] == [runs[0].run_id]
+    assert [e.run_id for e in await storage.query_events("t-runs")] == [runs[0].run_id]
+    assert len(await storage.get_history("t-runs")) == 1
+
+
 async def test_delete_thread_removes_everything_of_that_thread_only(
     storage: StorageAdapter,
 ) -> None:
@@ -686,6 +725,103 @@ async def test_list_threads_most_recently_updated_first(storage: StorageAdapter)
     assert all(t.updated_at is not None for t in threads)
     assert threads[0].updated_at >= threads[-1].updated_at  # type: ignore[operator]
     assert [t.thread_id for t in await storage.list_threads(limit=2)] == ["t-a", "t-d"]
+
+
+async def test_a_claimed_thread_keeps_its_first_owner_and_metadata(
+    storage: StorageAdapter,
+) -> None:
+    assert await storage.get_thread("t-owned") is None
+    claimed = await storage.claim_thread("t-owned", "alice", {"project": "apollo", "n": 3})
+    again = await storage.claim_thread("t-owned", "bob", {"project": "other"})
+    await storage.create_run(make_run("t-owned", "a question"))
+
+    stored = await storage.get_thread("t-owned")
+
+    assert (claimed.owner, claimed.metadata, claimed.runs) == (
+        "alice",
+        {"project": "apollo", "n": 3},
+        0,
+    )
+    assert (again.owner, again.metadata) == ("alice", {"project": "apollo", "n": 3})
+    assert stored is not None
+    assert (stored.owner, stored.metadata, stored.runs, stored.last_query) == (
+        "alice",
+        {"project": "apollo", "n": 3},
+        1,
+        "a question",
+    )
+    assert stored.created_at is not None
+    # A thread that came to be through a run has no owner and no metadata.
+    await storage.create_run(make_run("t-plain"))
+    plain = await storage.get_thread("t-plain")
+    assert plain is not None and (plain.owner, plain.metadata) == (None, {})
+
+
+async def test_concurrent_claims_give_one_owner(storage: StorageAdapter) -> None:
+    claims = await asyncio.gather(*(storage.claim_thread("t-race", f"user-{n}") for n in range(8)))
+    assert len({claim.owner for claim in claims}) == 1
+
+
+async def test_update_thread_merges_metadata_and_none_removes_a_key(
+    storage: StorageAdapter,
+) -> None:
+    await storage.claim_thread("t-meta", None, {"a": 1, "b": "two", "nested": {"x": [1, 2]}})
+
+    updated = await storage.update_thread("t-meta", {"b": None, "c": True})
+
+    assert updated is not None
+    assert updated.metadata == {"a": 1, "nested": {"x": [1, 2]}, "c": True}
+    stored = await storage.get_thread("t-meta")
+    assert stored is not None and stored.metadata == updated.metadata
+    assert await storage.update_thread("t-nobody", {"a": 1}) is None
+
+
+async def test_search_threads_filters_by_owner_metadata_and_status(
+    storage: StorageAdapter,
+) -> None:
+    await storage.claim_thread("t-1", "alice", {"team": "red", "n": 1, "flag": True})
+    await storage.claim_thread("t-2", "bob", {"team": "red", "n": 1.0, "flag": False})
+    await storage.claim_thread("t-3", "alice", {"team": "blue", "n": "1", "gone": None})
+    await storage.create_run(make_run("t-1", status="completed"))
+    await storage.create_run(make_run("t-3", status="failed"))
+
+    async def ids(**query: object) -> list[str]:
+        page = await storage.search_threads(ThreadQuery.model_validate(query))
+        return sorted(t.thread_id for t in page.threads)
+
+    assert await ids(owner="alice") == ["t-1", "t-3"]
+    assert await ids(metadata={"team": "red"}) == ["t-1", "t-2"]
+    assert await ids(metadata={"team": "red"}, owner="bob") == ["t-2"]
+    assert await ids(metadata={"n": 1}) == ["t-1", "t-2"]  # numbers equal by value
+    assert await ids(metadata={"n": "1"}) == ["t-3"]  # a string is not a number
+    assert await ids(metadata={"flag": True}) == ["t-1"]
+    assert await ids(metadata={"flag": False}) == ["t-2"]
+    assert await ids(metadata={"gone": None}) == ["t-3"]
+    assert await ids(metadata={"missing": None}) == []
+    assert await ids(status="failed") == ["t-3"]
+    assert await ids(status="completed", owner="bob") == []
+
+
+async def test_search_threads_pages_with_a_cursor(storage: StorageAdapter) -> None:
+    for n in range(7):
+        await storage.claim_thread(f"t-page-{n}", "carol")
+    await storage.claim_thread("t-other", "dave")
+
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = await storage.search_threads(ThreadQuery(owner="carol", limit=3, cursor=cursor))
+        seen += [t.thread_id for t in page.threads]
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+
+    assert seen == [f"t-page-{n}" for n in reversed(range(7))]  # newest first, each once
+    assert pages == 3
+    with pytest.raises(ValueError, match="not a thread cursor"):
+        await storage.search_threads(ThreadQuery(cursor="nope"))
 
 
 # -- the lease --------------------------------------------------------------------------

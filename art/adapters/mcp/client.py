@@ -15,11 +15,18 @@ import os
 import threading
 import time
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from art.adapters.mcp.config import MCPConfig, Transport, load_mcp_config
-from art.adapters.mcp.connection import MCPServerError, ProgressCallback, ServerConnection
+from art.adapters.mcp.connection import (
+    ElicitCallback,
+    LogCallback,
+    MCPServerError,
+    ProgressCallback,
+    SampleFn,
+    ServerConnection,
+)
 from art.adapters.mcp.naming import tool_names
 from art.core.log import get_logger
 from art.core.sync import Portal
@@ -51,6 +58,8 @@ class ServerStatus:
     tools: list[str]
     error: str | None = None
     protocol_version: str | None = None
+    #: The server's tools that are not offered (their MCP names), with the reason each.
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 class MCPClient:
@@ -82,6 +91,7 @@ class MCPClient:
             for name, server in self.config.enabled().items()
         }
         self._tools: dict[str, list[MCPTool]] = {}
+        self._left_out: dict[str, dict[str, str]] = {}
         self._portal = Portal(name="art-mcp")
         self._lock = threading.Lock()
         self._starting: concurrent.futures.Future[None] | None = None
@@ -131,11 +141,13 @@ class MCPClient:
     def errors(self) -> dict[str, str]:
         """Why each server that is not running is not: did not start, or stopped and
         could not be restarted."""
-        return {
-            name: connection.error
+        errors = dict(self.config.refused)
+        errors.update(
+            (name, connection.error)
             for name, connection in self._connections.items()
             if not connection.running and connection.error is not None
-        }
+        )
+        return errors
 
     def status(self) -> list[ServerStatus]:
         """Every configured server, disabled ones included, in config order."""
@@ -144,6 +156,10 @@ class MCPClient:
             connection = self._connections.get(name)
             tools = [tool.name for tool in self._tools.get(name, [])]
             target = server.describe()
+            if name in self.config.refused:
+                reason = self.config.refused[name]
+                statuses.append(ServerStatus(name, "failed", server.kind, target, [], reason))
+                continue
             if connection is None:
                 statuses.append(ServerStatus(name, "disabled", server.kind, target, tools))
                 continue
@@ -160,6 +176,7 @@ class MCPClient:
                     tools,
                     error,
                     connection.protocol_version,
+                    dict(self._left_out.get(name, {})),
                 )
             )
         return statuses
@@ -171,6 +188,8 @@ class MCPClient:
         tool: str,
         arguments: dict[str, Any],
         on_progress: ProgressCallback | None = None,
+        on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `server`'s MCP tool `tool` (its MCP name) from any event loop.
 
@@ -180,7 +199,15 @@ class MCPClient:
         connection = self._connections.get(server)
         if connection is None:
             raise ConfigurationError(f"no enabled MCP server named {server!r}")
-        return await self._on_loop(connection.call(tool, arguments, on_progress))
+        return await self._on_loop(connection.call(tool, arguments, on_progress, on_log, on_elicit))
+
+    def attach_sampler(self, sampler: SampleFn) -> None:
+        """Answer the servers' sampling requests with `sampler` (an `ArtInstance` attaches
+        its model when given this client; a client shared by several instances keeps the
+        first one's)."""
+        for connection in self._connections.values():
+            if connection.sampler is None:
+                connection.sampler = sampler
 
     # -- closing ------------------------------------------------------------------------
     async def aclose(self) -> None:
@@ -239,9 +266,29 @@ class MCPClient:
                 continue
             if connection.name in self._tools:
                 continue  # its tools were made when it first started
-            names = tool_names(connection.name, [tool.name for tool in listing])
+            left_out = self._left_out[connection.name] = _left_out(listing)
+            for tool, reason in left_out.items():
+                log.warning("MCP tool left out", server=connection.name, tool=tool, reason=reason)
+            offered = [tool for tool in listing if tool.name not in left_out]
+            server = self.config.servers[connection.name]
+            listed = {tool.name for tool in listing}
+            unknown = (server.approved_tools | set(server.require_approval)) - listed
+            if unknown:
+                log.warning(
+                    "MCP approval lists name tools the server does not have",
+                    server=connection.name,
+                    tools=sorted(unknown),
+                )
+            names = tool_names(connection.name, [tool.name for tool in offered])
             self._tools[connection.name] = [
-                MCPTool(self, connection.name, tool, names[tool.name]) for tool in listing
+                MCPTool(
+                    self,
+                    connection.name,
+                    tool,
+                    names[tool.name],
+                    asks_first=server.asks_before(tool),
+                )
+                for tool in offered
             ]
 
     async def _close_servers(self) -> None:
@@ -258,3 +305,15 @@ class MCPClient:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigurationError("this MCPClient is closed")
+
+
+def _left_out(listing: list[mcp_types.Tool]) -> dict[str, str]:
+    """The tools that cannot succeed when called, with why: a tool whose
+    `execution.taskSupport` is "required" answers a plain call with an error, and the MCP
+    SDK reads a task-augmented call's answer (a task, not a result) as a broken result."""
+    return {
+        tool.name: 'it must be called as an MCP task (execution.taskSupport "required"), '
+        "which the MCP SDK art uses cannot do"
+        for tool in listing
+        if tool.execution is not None and tool.execution.task_support == "required"
+    }

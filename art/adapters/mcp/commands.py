@@ -82,6 +82,7 @@ async def list_tools(out: Output, tools: list[str] | None, mcp_config: Path | No
                         "protocol_version": s.protocol_version,
                         "tools": s.tools,
                         "error": s.error,
+                        "left_out": s.left_out,
                     }
                     for s in servers
                 ],
@@ -137,5 +138,7 @@ def _print_tools(out: Output, rows: list[dict[str, Any]], servers: list[Any]) ->
             f"{_escape(s.target)}): {len(s.tools)} tools"
         )
         out.console.print(line)
+        for tool, reason in s.left_out.items():
+            out.console.print(f"  [dim]left out {_escape(tool)}: {_escape(reason)}[/]")
         if s.error:
             out.errors.print(f"  [red]{_escape(s.error)}[/]")

@@ -1,5 +1,6 @@
-"""One MCP server's session: started on first use, restarted once after a crash, stopped
-cleanly. Everything here runs on the MCP client's own event loop (see `client.py`).
+"""One MCP server's session: started on first use, restarted once after a crash or when it
+stops answering, stopped cleanly. Everything here runs on the MCP client's own event loop
+(see `client.py`).
 
 The SDK's `Client` is an async context manager whose task groups must be left by the task
 that entered them, so each session lives in a holder task that enters it, hands the
@@ -14,10 +15,11 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from art.adapters.mcp.config import MCPServerConfig, Transport
+from art.adapters.mcp.sampling import SamplingLimit
 from art.core.log import get_logger
 from art.errors import ArtError, ToolErrorCode
 
@@ -34,8 +36,21 @@ log = get_logger(__name__)
 #: wait out a hanging server's start, and a crashing one would be restarted in a loop).
 RETRY_START_AFTER_S = 30.0
 _STDERR_TAIL = 1500
+#: After a call times out (or is cancelled), the server is pinged; a session that does not
+#: answer a ping within this is hung (a stopped or wedged process) and is restarted like a
+#: crashed one, so later calls do not each wait out their own timeout on it.
+PING_TIMEOUT_S = 5.0
 
 ProgressCallback = Callable[[float, float | None, str | None], None]
+#: Called with a log notification's level, logger and data.
+LogCallback = Callable[[str, str | None, Any], None]
+#: Answers an elicitation request of the call it belongs to.
+ElicitCallback = Callable[["mcp_types.ElicitRequestParams"], Awaitable["mcp_types.ElicitResult"]]
+#: Answers a sampling request: (server, params, max_tokens) -> the result.
+SampleFn = Callable[
+    [str, "mcp_types.CreateMessageRequestParams", int],
+    Awaitable["mcp_types.CreateMessageResult"],
+]
 _E = TypeVar("_E", bound=BaseException)
 
 
@@ -77,6 +92,16 @@ class ServerConnection:
         self._why = ""
         self._failed_at: float | None = None
         self.restarts = 0
+        #: The liveness check after a call that timed out; calls wait for it to finish.
+        self._check: asyncio.Task[None] | None = None
+        #: The log listeners of the calls in flight (a server's log notification carries
+        #: no request id, so each call running on the server reports it).
+        self._log_listeners: set[LogCallback] = set()
+        #: The elicitation handlers of the calls in flight.
+        self._elicit_listeners: set[ElicitCallback] = set()
+        #: What answers the server's sampling requests (set by the instance using it).
+        self.sampler: SampleFn | None = None
+        self._sampling_limit = SamplingLimit(config)
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -100,6 +125,9 @@ class ServerConnection:
 
     async def close(self) -> None:
         """Stop the session (a stdio server's process tree included). Idempotent."""
+        if self._check is not None:
+            self._check.cancel()
+            await asyncio.gather(self._check, return_exceptions=True)
         async with self._guard():
             await self._disconnect()
 
@@ -108,8 +136,28 @@ class ServerConnection:
         tool: str,
         arguments: dict[str, Any],
         on_progress: ProgressCallback | None,
+        on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
     ) -> mcp_types.CallToolResult:
         """Call `tool`; raises MCPCallError for failures outside the tool itself."""
+        if on_log is not None:
+            self._log_listeners.add(on_log)
+        if on_elicit is not None:
+            self._elicit_listeners.add(on_elicit)
+        try:
+            return await self._call(tool, arguments, on_progress)
+        finally:
+            if on_log is not None:
+                self._log_listeners.discard(on_log)
+            if on_elicit is not None:
+                self._elicit_listeners.discard(on_elicit)
+
+    async def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        on_progress: ProgressCallback | None,
+    ) -> mcp_types.CallToolResult:
         client = await self._connected()
 
         forward = None
@@ -126,9 +174,15 @@ class ServerConnection:
                 read_timeout_seconds=self.config.timeout_s,
                 progress_callback=forward,
             )
+        except asyncio.CancelledError:
+            self._check_alive(client)  # the step's timeout, or the run was cancelled
+            raise
         except Exception as exc:
             if not _session_lost(exc, self.transport):
-                raise _call_error(self.name, tool, exc, self.config.timeout_s) from None
+                error = _call_error(self.name, tool, exc, self.config.timeout_s)
+                if error.code is ToolErrorCode.TIMEOUT:
+                    self._check_alive(client)
+                raise error from None
         # The server went away (a stdio process that exited, an HTTP server that is gone
         # or was replaced and no longer knows the session).
         await self._restart(client)
@@ -139,13 +193,87 @@ class ServerConnection:
             retryable=True,
         )
 
+    # -- requests and notifications from the server -----------------------------------------
+    async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        """A log notification: into art's log, and to every call running on the server."""
+        level = str(params.level)
+        log.info(
+            "MCP server log", server=self.name, level=level, logger=params.logger, data=params.data
+        )
+        for listener in list(self._log_listeners):
+            try:
+                listener(level, params.logger, params.data)
+            except Exception:  # a listener's failure must not break the session
+                log.debug("MCP log listener failed", server=self.name, exc_info=True)
+
+    async def _on_elicit(
+        self, context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        """An elicitation: handled by the call it belongs to, which must be the only one
+        running on the server (the request names no call); otherwise declined."""
+        from mcp_types import ElicitResult
+
+        listeners = list(self._elicit_listeners)
+        if len(listeners) != 1:
+            log.warning(
+                "MCP elicitation declined: it cannot be matched to one call",
+                server=self.name,
+                calls_running=len(listeners),
+            )
+            return ElicitResult(action="decline")
+        return await listeners[0](params)
+
+    async def _on_sample(
+        self, context: Any, params: mcp_types.CreateMessageRequestParams
+    ) -> mcp_types.CreateMessageResult | mcp_types.ErrorData:
+        """A sampling request, answered by art's model within the server's limits."""
+        from mcp_types import INVALID_REQUEST, ErrorData
+
+        if self.sampler is None:
+            why = "no model: this MCP client serves no art instance"
+            return ErrorData(code=INVALID_REQUEST, message=f"sampling refused: {why}")
+        max_tokens, refused = self._sampling_limit.admit(params.max_tokens)
+        if refused is not None:
+            log.warning("MCP sampling refused", server=self.name, reason=refused)
+            return ErrorData(code=INVALID_REQUEST, message=f"sampling refused: {refused}")
+        try:
+            return await self.sampler(self.name, params, max_tokens)
+        except Exception as exc:
+            log.warning("MCP sampling failed", server=self.name, error=_reason(exc))
+            return ErrorData(code=INVALID_REQUEST, message=f"sampling failed: {_reason(exc)}")
+
     # -- internals ----------------------------------------------------------------------
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
 
+    def _check_alive(self, client: Client) -> None:
+        """Ping `client`'s server in the background, restarting it when it does not answer."""
+        if self._check is None or self._check.done():
+            self._check = asyncio.get_running_loop().create_task(self._ping_or_restart(client))
+
+    async def _ping_or_restart(self, client: Client) -> None:
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await client.send_ping()
+            return
+        except Exception as exc:
+            if self._client is not client:
+                return  # already replaced
+            log.warning(
+                "MCP server does not answer a ping; restarting it",
+                server=self.name,
+                error=_reason(exc) if not isinstance(exc, TimeoutError) else "no answer",
+            )
+        with contextlib.suppress(MCPCallError):
+            await self._restart(client)
+
     async def _connected(self) -> Client:
+        check = self._check
+        if check is not None and not check.done():
+            # A session that may be hung: wait to know (and for its replacement).
+            await asyncio.shield(check)
         client = self._client
         if client is not None:
             return client
@@ -280,7 +408,14 @@ class ServerConnection:
             )
             stack.push_async_callback(http.aclose)
             server = streamable_http_client(config.url, http_client=http)
-        return Client(server, client_info=self._client_info)
+        return Client(
+            server,
+            client_info=self._client_info,
+            logging_callback=self._on_log,
+            elicitation_callback=self._on_elicit if config.elicitation else None,
+            # Declared only when allowed: a server offers sampling tools to clients that do.
+            sampling_callback=self._on_sample if config.sampling else None,
+        )
 
     async def _disconnect(self) -> None:
         stop, holder = self._stop, self._holder

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
 
+from art.core.binary import bytes_to_json
 from art.core.log import get_logger
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from art.observe.events import Event
     from art.responses import AgentFinalResponse
 
-__all__ = ["TOOLS", "aserve", "create_mcp_server", "serve", "streamable_http_app"]
+__all__ = ["ANNOTATIONS", "TOOLS", "aserve", "create_mcp_server", "serve", "streamable_http_app"]
 
 log = get_logger(__name__)
 
@@ -153,6 +154,15 @@ TOOLS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         _RUN_RESULT,
     ),
 }
+#: The tools' MCP annotations (hints for clients that ask before a call): `query` and
+#: `decide_suspension` run tools, but every tool that must ask a person asks through
+#: art's own suspensions, so neither is destructive itself.
+ANNOTATIONS: dict[str, dict[str, bool]] = {
+    "query": {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": True},
+    "plan": {"readOnlyHint": True, "openWorldHint": False},
+    "list_suspensions": {"readOnlyHint": True, "openWorldHint": False},
+    "decide_suspension": {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": True},
+}
 # Events a query reports as progress, besides the finished steps.
 _REPORTED = frozenset({"plan:created", "plan:updated", "step:status", "suspended"})
 _FINISHED_STEP = frozenset({"completed", "failed", "skipped"})
@@ -250,11 +260,17 @@ class _Tools:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        from mcp_types import ListToolsResult, Tool
+        from mcp_types import ListToolsResult, Tool, ToolAnnotations
 
         return ListToolsResult(
             tools=[
-                Tool(name=name, description=text, input_schema=inputs, output_schema=outputs)
+                Tool(
+                    name=name,
+                    description=text,
+                    input_schema=inputs,
+                    output_schema=outputs,
+                    annotations=ToolAnnotations.model_validate(ANNOTATIONS[name]),
+                )
                 for name, (text, inputs, outputs) in TOOLS.items()
             ]
         )
@@ -374,8 +390,8 @@ class _Tools:
                     "run_id": s.run_id,
                     "step_id": s.step_id,
                     "tool": s.tool_name,
-                    "args": to_jsonable_python(s.args, fallback=str),
-                    "prompt": to_jsonable_python(s.prompt, fallback=str),
+                    "args": _jsonable(s.args),
+                    "prompt": _jsonable(s.prompt),
                     "query": state.query,
                 }
                 for s in state.suspensions
@@ -428,7 +444,7 @@ def _run_result(
                 "id": record.step_id,
                 "tool": record.tool,
                 "status": record.status,
-                "output": to_jsonable_python(record.output, fallback=str),
+                "output": _jsonable(record.output),
                 "error": (record.result.error if record.result is not None else None)
                 or record.reason,
             }
@@ -445,6 +461,11 @@ def _run_result(
     if meta.status == "suspended":
         text += f"\n(thread_id {structured['thread_id']}; decide with decide_suspension)"
     return _structured(structured, text, is_error=meta.status == "error")
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` as JSON data, bytes as art's `{"$bytes": "<base64>"}` (`art.core.binary`)."""
+    return to_jsonable_python(bytes_to_json(value), fallback=str)
 
 
 def _structured(

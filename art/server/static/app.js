@@ -20,6 +20,7 @@ const state = {
 const $ = (selector) => document.querySelector(selector);
 const FINAL = new Set(["completed", "failed", "skipped", "cancelled"]);
 const approvals = new Map(); // suspension id -> its form (kept across renders: it has inputs)
+const forkForms = new Map(); // "<run id>/<step id>" -> its fork form
 
 // -- routing: #/t/<thread>/r/<run> -----------------------------------------------------------
 function route() {
@@ -51,7 +52,20 @@ async function guarded(work, { action = false } = {}) {
   return ok;
 }
 
-const loadThreads = () => guarded(async () => { state.threads = (await api("threads?limit=100")).threads; });
+// The thread list: the newest 100, of the status picked, narrowed by the search text
+// (a thread id, a question, or key=value for the thread's metadata).
+const loadThreads = () => guarded(async () => {
+  const params = new URLSearchParams({ limit: "100" });
+  const status = $("#search-status").value;
+  if (status) params.set("status", status);
+  const text = $("#search-text").value.trim();
+  const pair = text.match(/^([^=\s]+)=(.*)$/);
+  if (pair) params.set("metadata", JSON.stringify({ [pair[1]]: pair[2] }));
+  const threads = (await api(`threads?${params}`)).threads;
+  const needle = pair ? "" : text.toLowerCase();
+  state.threads = threads.filter((t) => !needle || t.threadId.toLowerCase().includes(needle)
+    || (t.lastQuery || "").toLowerCase().includes(needle));
+});
 
 async function loadRuns() {
   if (!state.threadId) return;
@@ -186,11 +200,12 @@ async function ask(threadId, query) {
   }, { action: true });
 }
 
-async function decide(suspension, approved, form) {
+async function decide(suspension, approved, form, answers = false) {
   const reason = form.querySelector("textarea[name=reason]").value.trim() || null;
   const text = form.querySelector("textarea[name=args]").value.trim();
   let modified = null;
-  if (text && text !== JSON.stringify(suspension.args, null, 2)) {
+  // An answer to a tool's question is sent as it stands; arguments only when changed.
+  if (text && (answers || text !== JSON.stringify(suspension.args, null, 2))) {
     try {
       modified = JSON.parse(text);
     } catch {
@@ -207,6 +222,54 @@ async function decide(suspension, approved, form) {
   }, { action: true });
 }
 
+async function cancelRun(run) {
+  await guarded(async () => {
+    await api(`threads/${encodeURIComponent(run.threadId)}/runs/${encodeURIComponent(run.runId)}/cancel`,
+      { method: "POST" });
+    refreshRun(run.runId);
+  }, { action: true });
+}
+
+async function deleteThread(threadId) {
+  if (!window.confirm(`Delete thread ${threadId} with all its runs?`)) return;
+  await guarded(async () => {
+    await api(`threads/${encodeURIComponent(threadId)}`, { method: "DELETE" });
+    go(null);
+    loadThreads();
+  }, { action: true });
+}
+
+async function previewPlan(threadId, query, box) {
+  await guarded(async () => {
+    const body = { query };
+    if (threadId) body.threadId = threadId;
+    const { plan } = await api("plans", { method: "POST", body });
+    fill(box, h("h2", {}, "Plan preview (nothing ran)"), plan.title ? h("p", { class: "plan-title" }, plan.title) : null,
+      drawDag(plan, () => "pending", null, () => {}),
+      h("ol", { class: "preview-steps" }, plan.steps.map((s) => h("li", { "data-step-id": s.id },
+        h("b", {}, `${s.id} · ${s.tool || "reasoning"} `), JSON.stringify(s.args || {})))));
+    box.hidden = false;
+  }, { action: true });
+}
+
+async function forkRun(run, stepId, form) {
+  const text = form.querySelector("textarea[name=fork-args]").value.trim();
+  let args;
+  try {
+    args = JSON.parse(text);
+  } catch {
+    form.querySelector(".form-error").textContent = "The arguments are not valid JSON.";
+    return;
+  }
+  await guarded(async () => {
+    const fork = await api(`threads/${encodeURIComponent(run.threadId)}/runs/${encodeURIComponent(run.runId)}/fork`,
+      { method: "POST", body: { stepId, args } });
+    state.runs.push(fork);
+    state.step = null;
+    go(run.threadId, fork.runId);
+  }, { action: true });
+}
+
 function showKeyForm(message) {
   const form = $("#auth");
   form.hidden = false;
@@ -218,14 +281,20 @@ function askForm(threadId) {
   const query = h("textarea", { id: "query", rows: 2, placeholder: "Ask a question…", required: true });
   const thread = threadId ? null : h("input", { id: "thread-id", value: `web-${Math.random().toString(36).slice(2, 8)}`,
     "aria-label": "thread id", title: "thread id: letters, digits and ._:-" });
-  return h("form", { class: "ask card", onsubmit: (e) => {
+  const preview = h("section", { id: "preview", class: "card", hidden: true });
+  const form = h("form", { class: "ask card", onsubmit: (e) => {
     e.preventDefault();
     if (query.value.trim()) ask(threadId || thread.value.trim(), query.value.trim()).then((ok) => {
       if (ok) query.value = ""; // kept when asking failed, to be sent again
     });
   } },
   h("label", { for: "query" }, threadId ? `Ask on ${threadId}` : "Ask a new question"),
-  h("div", { class: "ask-row" }, thread, query, h("button", { id: "ask", type: "submit" }, "Ask")));
+  h("div", { class: "ask-row" }, thread, query,
+    h("button", { id: "preview-plan", type: "button", class: "secondary", onclick: () => {
+      if (query.value.trim()) previewPlan(threadId, query.value.trim(), preview);
+    } }, "Preview plan"),
+    h("button", { id: "ask", type: "submit" }, "Ask")));
+  return [form, preview];
 }
 
 function buildMain() {
@@ -233,7 +302,7 @@ function buildMain() {
   main.replaceChildren();
   main.dataset.view = state.threadId ? "thread" : "home";
   if (!state.threadId) {
-    main.append(askForm(null), h("section", { class: "card intro" },
+    main.append(...askForm(null), h("section", { class: "card intro" },
       h("h2", {}, "Runs, live"),
       h("p", {}, "Pick a thread on the left, or ask a new question. A run's plan is drawn as a DAG ",
         "whose steps change colour as they run; click a step for its arguments, output, timings, ",
@@ -242,8 +311,10 @@ function buildMain() {
   }
   main.append(
     h("header", { class: "thread-head" }, h("h1", {}, state.threadId), h("span", { id: "connection" }),
+      h("button", { id: "delete-thread", type: "button", class: "danger",
+        onclick: () => deleteThread(state.threadId) }, "Delete thread"),
       h("nav", { id: "runs", "aria-label": "runs" })),
-    askForm(state.threadId),
+    ...askForm(state.threadId),
     h("div", { id: "run" }),
   );
 }
@@ -272,7 +343,10 @@ function renderThread() {
   $("#runs").replaceChildren(...state.runs.map((run, i) => h("a", {
     href: `#/t/${encodeURIComponent(state.threadId)}/r/${encodeURIComponent(run.runId)}`,
     class: `run-tab ${run.runId === state.runId ? "current" : ""}`, title: run.query,
-  }, h("span", { class: `badge ${statusOfRun(run)}` }, statusOfRun(run)), ` #${i + 1} ${run.query.slice(0, 40)}`)));
+    "data-run-id": run.runId,
+  }, h("span", { class: `badge ${statusOfRun(run)}` }, statusOfRun(run)), ` #${i + 1} ${run.query.slice(0, 40)}`,
+  run.forkedFrom ? h("small", { class: "fork-of" },
+    ` fork of #${state.runs.findIndex((r) => r.runId === run.forkedFrom.runId) + 1} at ${run.forkedFrom.stepId}`) : null)));
   const run = state.runs.find((r) => r.runId === state.runId);
   const box = $("#run");
   if (!run) {
@@ -318,7 +392,10 @@ function renderRunHead(run, live) {
   const status = statusOfRun(run);
   fill($("#run-head"), 
     h("div", { class: "run-title" }, h("span", { class: `badge big ${status}`, id: "run-status" }, status),
-      h("h2", {}, run.query)),
+      h("h2", {}, run.query),
+      status === "running" || status === "suspended"
+        ? h("button", { id: "cancel-run", type: "button", class: "danger", onclick: () => cancelRun(run) }, "Cancel run")
+        : null),
     h("dl", { class: "facts" },
       fact("LLM calls", run.llmCalls), fact("tool calls", run.toolCalls),
       fact("tokens", `${usage.totalTokens ?? 0} (${usage.promptTokens ?? 0} in, ${usage.completionTokens ?? 0} out)`),
@@ -373,12 +450,27 @@ function renderStep(run, live) {
     h("h3", {}, "Arguments"), json(record.args || planned.args || {}),
     h("h3", {}, "Output"), result.error ? h("p", { class: "error" }, result.error) : null,
     record.result ? json(result.output) : h("p", { class: "empty" }, "No output yet."),
+    ["running", "suspended"].includes(statusOfRun(run)) ? null : forkForm(run, id, record.args || planned.args || {}),
     h("h3", {}, "Tool calls by stage"),
     calls.length ? calls.map((call) => h("ol", { class: "stages", "data-call-id": call.callId },
       call.stages.map((s) => h("li", { class: `stage ${s.stage}` }, h("b", {}, s.stage), ` ${clock(s.at)}`,
         s.title ? ` · ${s.title}` : "", s.status ? ` · ${s.status}` : "", s.ms !== undefined ? ` · ${duration(s.ms)}` : "",
         s.error ? ` · ${s.error}` : "")))) : h("p", { class: "empty" }, "No tool calls seen."),
   );
+}
+
+// A step's fork form, kept across renders (it has an input).
+function forkForm(run, stepId, args) {
+  const key = `${run.runId}/${stepId}`;
+  if (forkForms.has(key)) return forkForms.get(key);
+  const form = h("form", { class: "fork", "data-step-id": stepId, onsubmit: (e) => { e.preventDefault(); forkRun(run, stepId, form); } },
+    h("h3", {}, "Fork from this step"),
+    h("p", {}, "Runs the plan again from here as a new run: the steps this one cannot change keep their outputs."),
+    h("label", {}, "Arguments", h("textarea", { name: "fork-args", rows: 3, class: "code" }, JSON.stringify(args, null, 2))),
+    h("p", { class: "form-error" }),
+    h("button", { type: "submit", id: "fork" }, "Fork"));
+  forkForms.set(key, form);
+  return form;
 }
 
 function renderApprovals(run) {
@@ -396,19 +488,29 @@ function renderApprovals(run) {
   }
 }
 
+// The fields an MCP server's elicitation asks for, with the defaults its form gives.
+function elicitationDefaults(elicitation) {
+  const fields = Object.entries(elicitation.requestedSchema?.properties || {});
+  return Object.fromEntries(fields.filter(([, f]) => f && "default" in f).map(([k, f]) => [k, f.default]));
+}
+
 function approvalForm(s) {
   const prompt = s.prompt && typeof s.prompt === "object" ? s.prompt : { question: s.prompt };
+  // A tool that asked a question mid-call (an MCP elicitation): the box holds the answer.
+  const asks = prompt.elicitation && typeof prompt.elicitation === "object" ? prompt.elicitation : null;
   const form = h("form", { class: "approval", "data-suspension-id": s.suspensionId, "data-step-id": s.stepId,
     onsubmit: (e) => e.preventDefault() },
   h("p", { class: "question" }, h("b", {}, `${s.stepId} · ${s.toolName}: `), String(prompt.question ?? "Approve this step?")),
   prompt.options ? h("p", {}, `Options: ${prompt.options.join(", ")}`) : null,
+  asks?.url ? h("p", {}, "Open: ", h("a", { href: asks.url, target: "_blank", rel: "noopener" }, asks.url)) : null,
   h("label", {}, "Reason", h("textarea", { name: "reason", rows: 2, placeholder: "Why (given to the agent)" })),
-  h("label", {}, "Arguments (edit to change them)", h("textarea", { name: "args", rows: 4, class: "code" },
-    JSON.stringify(s.args, null, 2))),
+  h("label", {}, asks ? "Answer (the form's fields, as JSON)" : "Arguments (edit to change them)",
+    h("textarea", { name: "args", rows: 4, class: "code" },
+      JSON.stringify(asks ? elicitationDefaults(asks) : s.args, null, 2))),
   h("p", { class: "form-error" }),
   h("div", { class: "buttons" },
-    h("button", { type: "button", class: "approve", "data-action": "approve", onclick: () => decide(s, true, form) }, "Approve"),
-    h("button", { type: "button", class: "reject", "data-action": "reject", onclick: () => decide(s, false, form) }, "Reject")));
+    h("button", { type: "button", class: "approve", "data-action": "approve", onclick: () => decide(s, true, form, !!asks) }, "Approve"),
+    h("button", { type: "button", class: "reject", "data-action": "reject", onclick: () => decide(s, false, form, !!asks) }, "Reject")));
   return form;
 }
 
@@ -442,6 +544,9 @@ $("#auth").addEventListener("submit", (e) => {
   openThread(threadId, state.runId);
 });
 window.addEventListener("hashchange", route);
+$("#search").addEventListener("submit", (e) => e.preventDefault());
+$("#search-text").addEventListener("input", () => loadThreads());
+$("#search-status").addEventListener("change", () => loadThreads());
 loadThreads();
 setInterval(loadThreads, 5000);
 state.threadId = undefined;
