@@ -14,6 +14,7 @@ error message is passed through `art.core.redaction.redact`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import os
@@ -65,6 +66,8 @@ FlushReason = Literal["size", "time", "manual", "completion"]
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
 # A streamed call is made only when one of these has a listener.
 _STREAM_EVENTS = ("chunk:before", "chunk:after", "buffer:flush")
+# How long closing an abandoned stream may take.
+_STREAM_CLOSE_S = 1.0
 
 
 @functools.cache
@@ -708,6 +711,7 @@ class LLMClient:
         sequence = 0
         delivered = False
         pending: asyncio.Future[Any] | None = None
+        streamed = False  # the stream ran to its end
 
         async def emit(name: str, data: dict[str, Any]) -> dict[str, Any]:
             return await run.events.emit(
@@ -749,6 +753,7 @@ class LLMClient:
                 item, pending = pending.result(), None
                 last_chunk_at = time.monotonic()
                 if item is _STOP:
+                    streamed = True
                     break
                 response_model = getattr(item, "model", None) or response_model
                 if getattr(item, "usage", None):
@@ -829,6 +834,10 @@ class LLMClient:
         finally:
             if pending is not None and not pending.done():
                 pending.cancel()
+            if not streamed:
+                # Cancelled or failed mid-stream: close the provider's response now, not
+                # when it is garbage collected (the server sees the request dropped).
+                await _close_stream(response)
         await release(buffer.finish())
         if _provider_sent_no_finish_reason(response):
             finish_reason = (
@@ -857,6 +866,16 @@ class LLMClient:
             finish_reason=finish_reason,
             thinking="".join(thinking) or None,
         )
+
+
+async def _close_stream(response: Any) -> None:
+    """Close a streamed response (litellm's stream wrapper), briefly and quietly."""
+    close = getattr(response, "aclose", None)
+    if close is None:
+        return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(_STREAM_CLOSE_S):
+            await close()
 
 
 def _reasoning(message: Any) -> str | None:
