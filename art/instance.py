@@ -237,7 +237,7 @@ class ArtInstance:
         Raises PlanError or ModelError: there is no response to carry them."""
         self._check_open()
         query = _storable(query)
-        thread_id = _storable(thread_id) if thread_id is not None else None
+        thread_id = _thread_key(thread_id) if thread_id is not None else None
         await self._prepare()
         history = (
             await self.storage.get_history(thread_id, limit=HISTORY_LIMIT) if thread_id else []
@@ -348,7 +348,7 @@ class ArtInstance:
         """Decide a suspended step and, once every suspension of the run is decided, finish
         the run. Raises SuspensionError for an unknown or already-decided suspension."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         parsed = parse_decision(decision)
         opts = _options(options)
         config = self._config_for(opts)
@@ -449,7 +449,7 @@ class ArtInstance:
     async def acheck_for_suspended_state(self, thread_id: str) -> SuspendedState | None:
         """The thread's suspended run and its pending suspensions, or None."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         run = await self.storage.get_active_run(thread_id)
         if run is None or run.status != "suspended":
@@ -468,7 +468,7 @@ class ArtInstance:
     async def aget_state(self, thread_id: str) -> ThreadState:
         """The thread's runs (oldest first), active run, pending suspensions and history."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         runs = await self.storage.list_runs(thread_id)
         active = await self.storage.get_active_run(thread_id)
@@ -515,7 +515,7 @@ class ArtInstance:
         `ConversationMessage` or a dict with `role` and `content`. Raises ThreadBusyError
         while a run holds the thread, ConfigurationError for a malformed message."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         loaded = [_history_message(thread_id, n, m) for n, m in enumerate(messages, start=1)]
         await self._prepare()
         async with self.storage.lease(thread_id):
@@ -541,7 +541,7 @@ class ArtInstance:
         history and events. False when nothing was stored for it. Raises ThreadBusyError
         while a run holds the thread."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         async with self.storage.lease(thread_id):
             return await self.storage.delete_thread(thread_id)
@@ -569,7 +569,6 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        thread_id = _storable(thread_id)
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -610,6 +609,8 @@ class ArtInstance:
         A worker runs it: `art worker` processes, and this process too on SQLite and memory
         storage (`config.queue.in_process`)."""
         self._check_open()
+        if isinstance(thread_id, str):  # the queue says what else a thread id must be
+            thread_id = _thread_key(thread_id)
         await self._prepare()
         return await self.queue.submit(query, thread_id, options)
 
@@ -809,7 +810,7 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         self._check_open()
         started = time.perf_counter()
-        query, thread_id = _storable(query), _storable(thread_id)
+        query, thread_id = _storable(query), _thread_key(thread_id)
         opts = _options(options)
         config = self._config_for(opts)
         await self._prepare()
@@ -981,15 +982,26 @@ def _options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptio
     if options is None:
         return ProcessOptions()
     if isinstance(options, ProcessOptions):
-        return options
+        return _storable_options(options)
     options = dict(options)
     for name, fix in _MOVED_OPTIONS.items():
         if name in options:
             raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
     try:
-        return ProcessOptions.model_validate(options)
+        return _storable_options(ProcessOptions.model_validate(options))
     except ValidationError as exc:
         raise ConfigurationError(f"invalid process options: {exc}") from None
+
+
+def _storable_options(options: ProcessOptions) -> ProcessOptions:
+    """`options`, refused when the data stored with the run could not be read back."""
+    from art.core.serialization import storable_problem
+
+    for name in ("system_context", "metadata"):
+        problem = storable_problem(getattr(options, name))
+        if problem is not None:
+            raise ConfigurationError(f"invalid process options: {name} {problem}")
+    return options
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:
@@ -1017,8 +1029,28 @@ def _end_data(response: AgentFinalResponse) -> dict[str, Any]:
     }
 
 
+def _thread_key(thread_id: str) -> str:
+    """`thread_id`, refused when it holds NUL or a lone surrogate: storage could keep it
+    only escaped, and the escape would name another thread (the literal `\\x00`)."""
+    if not isinstance(thread_id, str):
+        shown = f"{type(thread_id).__name__}: {thread_id!r}"
+        raise ConfigurationError(f"expected text, got {shown}"[:200])
+    if "\x00" in thread_id or _has_lone_surrogate(thread_id):
+        raise ConfigurationError(
+            f"invalid thread id {thread_id.encode('utf-8', 'backslashreplace').decode()!r}: "
+            "it must not hold NUL or a lone surrogate (text storage cannot keep either)"
+        )
+    return thread_id
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    from art.core.serialization import escape_unencodable
+
+    return escape_unencodable(text) is not text
+
+
 def _storable(text: str) -> str:
-    """A thread id or query as every storage keeps it: lone surrogates escaped (`\\udcff`,
+    """A query as every storage keeps it: lone surrogates escaped (`\\udcff`,
     see art.core.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
     from art.core.serialization import escape_unencodable
 

@@ -906,7 +906,8 @@ class SQLiteStorage(StorageAdapter):
         return await self._search(query, query.limit)
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
-        where, args = ["1 = 1"], []
+        where: list[str] = ["1 = 1"]
+        args: list[Any] = []
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < ?")

@@ -624,6 +624,33 @@ def mcp_command(
         int, typer.Option("--port", min=0, max=65535, help="Port (--http; 0: any free one).")
     ] = 8000,
     path: Annotated[str, typer.Option("--path", help="URL path (--http).")] = "/mcp",
+    api_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            metavar="KEY",
+            help="A key clients send as 'Authorization: Bearer KEY' (--http; 16+ characters). "
+            "Repeatable. Default: $ART_API_KEYS (comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Listen beyond loopback without keys (--http; only behind a proxy that "
+            "authenticates every request).",
+        ),
+    ] = False,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="A Host name the server answers to besides the loopback names and --host "
+            "(--http). Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Serve this agent as an MCP server: its query, plan and suspension tools, over stdio
     (for Claude Desktop and IDEs) or Streamable HTTP. See docs/mcp.md."""
@@ -643,6 +670,9 @@ def mcp_command(
                 host=host,
                 port=port,
                 path=path,
+                api_keys=api_keys,
+                no_auth=no_auth,
+                allowed_hosts=allowed_hosts,
             ),
         )
     )
@@ -1142,6 +1172,12 @@ def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
         raise CliError(
             "CONFIG_ERROR", f"{option} {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
         ) from exc
+    except SystemExit as exc:  # not art's exit: the command would end as if it had run
+        raise CliError(
+            "CONFIG_ERROR",
+            f"{option} {spec!r}: importing {target} called sys.exit({exc.code!r})",
+            EXIT_USAGE,
+        ) from None
 
 
 def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:

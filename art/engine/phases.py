@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from art.core.log import get_logger
+from art.core.serialization import truncate
 from art.engine.run import Run, call_error
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.errors import ModelError, PlanError, RunErrorCode
@@ -214,19 +215,21 @@ class Synthesize:
             return Fail(call_error(exc), source=_source_of(exc), phase="synthesis")
         run.ending()
         cut_off = incomplete_answer(result.finish_reason)
+        answer, limit = result.content, run.context.config.max_answer_chars
+        if len(answer) > limit:
+            answer = truncate(answer, limit)
+            cut_off = f"the answer was cut to {limit} characters (max_answer_chars)"
         complete = outcome.status == "completed" and cut_off is None
         status: RunStatusName = "success" if complete else "partial"
         record.status = "completed" if complete else "partial"
-        record.answer = result.content
+        record.answer = answer
         record.error = (
             RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off)
             if cut_off
             else outcome.error  # e.g. why replanning failed
         )
         run.sync_counters()
-        response = build_response(
-            run, status, result.content, error=record.error, answered_by=result
-        )
+        response = build_response(run, status, answer, error=record.error, answered_by=result)
         question = ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
         # The run's end and its exchange in one write: a crash keeps both or neither.
         await deps.storage.finish_run(record, [question, response.response])

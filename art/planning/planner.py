@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from art.config import Persona
+from art.config import ExecutionConfig, Persona
 from art.core.log import get_logger
 from art.core.serialization import context_text, escape_unencodable_data
 from art.errors import PlanError
@@ -854,6 +854,8 @@ class Planner:
                 # A cut-off reply's last step may be cut short: only complete ones run.
                 offer=result.finish_reason != "length",
             )
+            if plan is not None:
+                problems = [*problems, *_size_problems(plan, run.config)]
             if result.finish_reason == "length":
                 problems = [
                     "the reply was cut off (the model hit its output limit); "
@@ -904,3 +906,19 @@ class Planner:
             f"problems of the last one:\n{listed}{more}",
             problems,
         )
+
+
+def _size_problems(plan: Plan, config: ExecutionConfig) -> list[str]:
+    """What makes `plan` larger than the run's limits (`max_plan_steps`, `max_plan_title_chars`)."""
+    problems = []
+    if len(plan.steps) > config.max_plan_steps:
+        problems.append(
+            f"the plan has {len(plan.steps)} steps; at most {config.max_plan_steps} may run: "
+            "write a plan with fewer steps"
+        )
+    if len(plan.title) > config.max_plan_title_chars:
+        problems.append(
+            f"the plan's title is {len(plan.title)} characters long; "
+            f"keep it under {config.max_plan_title_chars}"
+        )
+    return problems

@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import field_validator
 
@@ -94,12 +94,12 @@ async def run_schedules(queue: RunQueue, schedules: Sequence[Schedule]) -> None:
         upcoming[index] = (schedule.after(fire), index)
 
 
-def _croniter() -> type:
+def _croniter() -> Any:
     try:
-        from croniter import croniter
+        # croniter ships no type information (and no stubs package is pinned)
+        from croniter import croniter  # type: ignore[import-untyped]
     except ImportError:
         raise ConfigurationError(
             'scheduled runs need croniter (in the queue extra: pip install "art-pes[queue]")'
         ) from None
-    result: type = croniter
-    return result
+    return croniter

@@ -195,7 +195,8 @@ class RunManager:
         """Cancel the thread's current run (and with `delete` remove it)."""
         active = self._active.get(thread_id)
         if active is not None:
-            await asyncio.wait({active.task, active.started}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {active.task, active.started}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             run_id = active.run_id or (
                 active.started.result()
                 if active.started.done() and not active.started.cancelled()
