@@ -73,6 +73,11 @@ class ExecutionConfig(ArtModel):
     # Stream the planning reply and start each step once its object is complete and valid.
     eager_execution: bool = False
     buffer: BufferConfig = Field(default_factory=BufferConfig)
+    # A plan with more steps, or a longer title, goes back to the planner for repair.
+    max_plan_steps: int = Field(10_000, ge=1)
+    max_plan_title_chars: int = Field(1_000, ge=1)
+    # A longer answer is cut to this many characters (the run ends partial).
+    max_answer_chars: int = Field(1_000_000, ge=1)
 
     def merged(self, overrides: ExecutionConfig | dict[str, Any] | None) -> ExecutionConfig:
         """This config with the fields `overrides` sets explicitly replaced."""
@@ -83,6 +88,23 @@ class ExecutionConfig(ArtModel):
         data = self.model_dump()
         data.update(ExecutionConfig.model_validate(overrides).model_dump(exclude_unset=True))
         return ExecutionConfig.model_validate(data)
+
+    def within(self, overrides: dict[str, Any] | None) -> ExecutionConfig:
+        """This config with `overrides` applied, refusing any that would raise one of its
+        limits (`CEILING_FIELDS`; a value may only go down): what a server's client may
+        change. Raises ValueError naming every limit the overrides would raise."""
+        merged = self.merged(overrides)
+        raised = [
+            f"{name} {_shown(getattr(merged, name))} > {_shown(getattr(self, name))}"
+            for name in CEILING_FIELDS
+            if _limit(merged, name) > _limit(self, name)
+        ]
+        if raised:
+            raise ValueError(
+                "execution_config may lower this server's limits, not raise them: "
+                + ", ".join(raised)
+            )
+        return merged
 
     def llm_time_limits(self, model: str) -> tuple[float | None, float | None]:
         """Seconds an attempt on `model` may take, and may go without a streamed chunk.
@@ -95,6 +117,44 @@ class ExecutionConfig(ArtModel):
         attempt = DEFAULT_LLM_TIMEOUT_S if self.llm_timeout_s is None else self.llm_timeout_s
         idle = self.llm_stream_idle_timeout_s
         return attempt, DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S if idle is None else idle
+
+
+#: The fields of ExecutionConfig whose larger value lets a run do more (take longer, call
+#: the model or a tool more often, keep more); None is no limit. A server's client may
+#: lower them, never raise them (`ExecutionConfig.within`).
+CEILING_FIELDS = (
+    "tool_result_max_length",
+    "max_concurrency",
+    "step_timeout_s",
+    "tool_stop_grace_s",
+    "step_max_retries",
+    "max_plan_attempts",
+    "max_replans",
+    "llm_max_retries",
+    "llm_timeout_s",
+    "llm_stream_idle_timeout_s",
+    "llm_max_retry_delay_s",
+    "llm_retry_budget_s",
+    "max_plan_steps",
+    "max_plan_title_chars",
+    "max_answer_chars",
+)
+# What None means for a limit: the provider default where there is one, else no limit.
+_NONE_MEANS = {
+    "llm_timeout_s": DEFAULT_LLM_TIMEOUT_S,
+    "llm_stream_idle_timeout_s": DEFAULT_LLM_STREAM_IDLE_TIMEOUT_S,
+}
+
+
+def _limit(config: ExecutionConfig, name: str) -> float:
+    value = getattr(config, name)
+    if value is None:
+        return _NONE_MEANS.get(name, float("inf"))
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    return "null (no limit)" if value is None else repr(value)
 
 
 class Persona(ArtModel):

@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
@@ -154,6 +154,8 @@ class ArtInstance:
         self._portal_lock = threading.Lock()
         self._portal: Portal | None = None
         self._active: dict[str, Run] = {}  # the runs under way, for `cancel`
+        # Calls that have not built their run yet (taking the lease, run:before hooks).
+        self._starting: dict[str, list[_Starting]] = {}
         self._closed = False
         self._queue: RunQueue | None = None
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
@@ -235,7 +237,7 @@ class ArtInstance:
         Raises PlanError or ModelError: there is no response to carry them."""
         self._check_open()
         query = _storable(query)
-        thread_id = _storable(thread_id) if thread_id is not None else None
+        thread_id = _thread_key(thread_id) if thread_id is not None else None
         await self._prepare()
         history = (
             await self.storage.get_history(thread_id, limit=HISTORY_LIMIT) if thread_id else []
@@ -270,7 +272,7 @@ class ArtInstance:
         from art.llm.chat import achat
 
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         return await achat(
             self._llm_client(llm_params),
             self.config.execution_config,
@@ -312,7 +314,7 @@ class ArtInstance:
         from art.llm.chat import chat_stream
 
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         chunks = chat_stream(
             self._llm_client(llm_params), self.config.execution_config, model, sent
         )
@@ -320,12 +322,18 @@ class ArtInstance:
             yield chunk
 
     def _chat_call(
-        self, messages: ChatMessages, model: str | None, system_prompt: str | None
+        self,
+        messages: ChatMessages,
+        model: str | None,
+        system_prompt: str | None,
+        llm_params: Mapping[str, Any] | None,
     ) -> tuple[str, list[dict[str, Any]]]:
-        """The model and messages of a chat call, the model's provider registered."""
-        from art.llm.chat import chat_messages
+        """The model and messages of a chat call, the model's provider registered; a call
+        asking for function calling is refused."""
+        from art.llm.chat import chat_messages, refuse_function_calling
 
         model = model or self.model
+        refuse_function_calling({**self.config.llm_params, **(llm_params or {})})
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
             import art.adapters.local  # noqa: F401 - registers the provider with litellm
         return model, chat_messages(messages, system_prompt)
@@ -340,13 +348,13 @@ class ArtInstance:
         """Decide a suspended step and, once every suspension of the run is decided, finish
         the run. Raises SuspensionError for an unknown or already-decided suspension."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         parsed = parse_decision(decision)
         opts = _options(options)
         config = self._config_for(opts)
         await self._prepare()
         started = time.perf_counter()
-        with self._secrets_in_use(opts):
+        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
             try:
                 async with self.storage.lease(thread_id):
                     try:
@@ -377,9 +385,14 @@ class ArtInstance:
                         "suspension_id": suspension_id,
                         "decision": decided.decision,
                     }
+                    starting.hand_over(run)
                     return await self._drive(run, start, resumed=decided)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started)
+            except asyncio.CancelledError:
+                if not starting.owns_cancel():
+                    raise
+                return await self._cancelled_at_start(thread_id, starting, started)
 
     def resume_execution(
         self,
@@ -436,7 +449,7 @@ class ArtInstance:
     async def acheck_for_suspended_state(self, thread_id: str) -> SuspendedState | None:
         """The thread's suspended run and its pending suspensions, or None."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         run = await self.storage.get_active_run(thread_id)
         if run is None or run.status != "suspended":
@@ -455,7 +468,7 @@ class ArtInstance:
     async def aget_state(self, thread_id: str) -> ThreadState:
         """The thread's runs (oldest first), active run, pending suspensions and history."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         runs = await self.storage.list_runs(thread_id)
         active = await self.storage.get_active_run(thread_id)
@@ -473,6 +486,27 @@ class ArtInstance:
         """Sync `aget_state`."""
         return self._sync(self.aget_state(thread_id))
 
+    async def aget_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """The thread's conversation history, oldest first: all of it, or a page of
+        `limit` messages that ends `before` messages from the newest (`before=0`: the
+        newest page). Runs plan and answer with the last 20 only; this reads the rest."""
+        self._check_open()
+        if (limit is not None and limit < 0) or before < 0:
+            raise ConfigurationError("get_history needs limit >= 0 and before >= 0")
+        thread_id = _storable(thread_id)
+        await self._prepare()
+        wanted = _ALL_MESSAGES if limit is None else before + limit
+        messages = await self.storage.get_history(thread_id, limit=wanted)
+        return messages[: len(messages) - before] if before else messages
+
+    def get_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """Sync `aget_history`."""
+        return self._sync(self.aget_history(thread_id, limit=limit, before=before))
+
     async def aload_history(
         self, thread_id: str, messages: Sequence[ConversationMessage | Mapping[str, Any]]
     ) -> None:
@@ -481,7 +515,7 @@ class ArtInstance:
         `ConversationMessage` or a dict with `role` and `content`. Raises ThreadBusyError
         while a run holds the thread, ConfigurationError for a malformed message."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         loaded = [_history_message(thread_id, n, m) for n, m in enumerate(messages, start=1)]
         await self._prepare()
         async with self.storage.lease(thread_id):
@@ -507,7 +541,7 @@ class ArtInstance:
         history and events. False when nothing was stored for it. Raises ThreadBusyError
         while a run holds the thread."""
         self._check_open()
-        thread_id = _storable(thread_id)
+        thread_id = _thread_key(thread_id)
         await self._prepare()
         async with self.storage.lease(thread_id):
             return await self.storage.delete_thread(thread_id)
@@ -535,13 +569,26 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        run = self._active.get(_storable(thread_id))
-        if run is None or (run_id is not None and run.context.run_id != run_id):
-            return False
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        run = self._active.get(thread_id)
+        if run is None:
+            # Not started yet (taking the thread's lease, in run:before hooks): stop there.
+            calls = [
+                s
+                for s in list(self._starting.get(thread_id, ()))
+                if run_id is None or s.run_id == run_id
+            ]
+            for starting in calls:
+                if running is starting.loop:
+                    starting.cancel(reason)
+                else:
+                    starting.loop.call_soon_threadsafe(starting.cancel, reason)
+            return bool(calls)
+        if run_id is not None and run.context.run_id != run_id:
+            return False
         if running is run.loop:
             run.cancel(reason)
         else:
@@ -562,6 +609,8 @@ class ArtInstance:
         A worker runs it: `art worker` processes, and this process too on SQLite and memory
         storage (`config.queue.in_process`)."""
         self._check_open()
+        if isinstance(thread_id, str):  # the queue says what else a thread id must be
+            thread_id = _thread_key(thread_id)
         await self._prepare()
         return await self.queue.submit(query, thread_id, options)
 
@@ -761,11 +810,11 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         self._check_open()
         started = time.perf_counter()
-        query, thread_id = _storable(query), _storable(thread_id)
+        query, thread_id = _storable(query), _thread_key(thread_id)
         opts = _options(options)
         config = self._config_for(opts)
         await self._prepare()
-        with self._secrets_in_use(opts):
+        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
             try:
                 async with self.storage.lease(thread_id):
                     try:
@@ -787,9 +836,40 @@ class ArtInstance:
                         started=started,
                     )
                     start = {"continued": continued, "tools": setup.registry.names()}
+                    starting.hand_over(run)
                     return await self._drive(run, start)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started, sinks=sinks)
+            except asyncio.CancelledError:
+                if not starting.owns_cancel():
+                    raise
+                return await self._cancelled_at_start(thread_id, starting, started, sinks=sinks)
+
+    @contextlib.contextmanager
+    def _start(self, thread_id: str, run_id: str | None) -> Iterator[_Starting]:
+        """The call's place in `_starting` until it hands over to its run (or ends)."""
+        starting = _Starting(asyncio.current_task(), asyncio.get_running_loop(), run_id)
+        self._starting.setdefault(thread_id, []).append(starting)
+        try:
+            yield starting
+        finally:
+            calls = self._starting.get(thread_id, [])
+            if starting in calls:
+                calls.remove(starting)
+            if not calls:
+                self._starting.pop(thread_id, None)
+
+    async def _cancelled_at_start(
+        self,
+        thread_id: str,
+        starting: _Starting,
+        started: float,
+        *,
+        sinks: Sequence[Callable[[Event], None]] = (),
+    ) -> AgentFinalResponse:
+        """The response of a call cancelled before its run existed (nothing was stored)."""
+        error = RunError(code=RunErrorCode.CANCELLED, message=starting.reason or "cancelled")
+        return await refused_response(self.events, thread_id, error, started, sinks=sinks)
 
     async def _busy(
         self,
@@ -808,6 +888,39 @@ class ArtInstance:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+class _Starting:
+    """A `process` or resume call before its run exists: `cancel` cancels its task, which
+    then answers CANCELLED; once handed over, a cancel goes to the run."""
+
+    def __init__(
+        self, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
+    ) -> None:
+        self.task = task
+        self.loop = loop
+        self.run_id = run_id
+        self.reason: str | None = None
+        self._run: Run | None = None
+
+    def hand_over(self, run: Run) -> None:
+        self._run = run
+
+    def cancel(self, reason: str) -> None:
+        """On the call's loop."""
+        if self._run is not None:
+            self._run.cancel(reason)  # it started meanwhile
+        elif self.reason is None and self.task is not None and not self.task.done():
+            self.reason = reason
+            self.task.cancel()
+
+    def owns_cancel(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        return self.reason is not None and self.task is not None and self.task.uncancel() == 0
+
+
+#: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
+_ALL_MESSAGES = 2**62
 
 
 def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstanceConfig:
@@ -869,15 +982,26 @@ def _options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptio
     if options is None:
         return ProcessOptions()
     if isinstance(options, ProcessOptions):
-        return options
+        return _storable_options(options)
     options = dict(options)
     for name, fix in _MOVED_OPTIONS.items():
         if name in options:
             raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
     try:
-        return ProcessOptions.model_validate(options)
+        return _storable_options(ProcessOptions.model_validate(options))
     except ValidationError as exc:
         raise ConfigurationError(f"invalid process options: {exc}") from None
+
+
+def _storable_options(options: ProcessOptions) -> ProcessOptions:
+    """`options`, refused when the data stored with the run could not be read back."""
+    from art.core.serialization import storable_problem
+
+    for name in ("system_context", "metadata"):
+        problem = storable_problem(getattr(options, name))
+        if problem is not None:
+            raise ConfigurationError(f"invalid process options: {name} {problem}")
+    return options
 
 
 def _failed(task: asyncio.Task[Any]) -> bool:
@@ -905,8 +1029,28 @@ def _end_data(response: AgentFinalResponse) -> dict[str, Any]:
     }
 
 
+def _thread_key(thread_id: str) -> str:
+    """`thread_id`, refused when it holds NUL or a lone surrogate: storage could keep it
+    only escaped, and the escape would name another thread (the literal `\\x00`)."""
+    if not isinstance(thread_id, str):
+        shown = f"{type(thread_id).__name__}: {thread_id!r}"
+        raise ConfigurationError(f"expected text, got {shown}"[:200])
+    if "\x00" in thread_id or _has_lone_surrogate(thread_id):
+        raise ConfigurationError(
+            f"invalid thread id {thread_id.encode('utf-8', 'backslashreplace').decode()!r}: "
+            "it must not hold NUL or a lone surrogate (text storage cannot keep either)"
+        )
+    return thread_id
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    from art.core.serialization import escape_unencodable
+
+    return escape_unencodable(text) is not text
+
+
 def _storable(text: str) -> str:
-    """A thread id or query as every storage keeps it: lone surrogates escaped (`\\udcff`,
+    """A query as every storage keeps it: lone surrogates escaped (`\\udcff`,
     see art.core.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
     from art.core.serialization import escape_unencodable
 

@@ -45,7 +45,13 @@ from art.storage.contract import (
     ThreadQuery,
     ThreadSummary,
 )
-from art.storage.opening import dump_json, load_json, merge_metadata, thread_cursor
+from art.storage.opening import (
+    dump_json,
+    load_json,
+    load_json_as,
+    merge_metadata,
+    thread_cursor,
+)
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
 
@@ -224,7 +230,8 @@ _STEPS: TypeAdapter[list[tuple[str, StepRecord]]] = TypeAdapter(list[tuple[str, 
 
 def _load_run(data: str, steps: str) -> RunRecord:
     run = load_json(RunRecord, data)
-    run.steps = dict(_STEPS.validate_json(steps))
+    records: list[tuple[str, StepRecord]] = load_json_as(_STEPS, steps)
+    run.steps = dict(records)
     return run
 
 

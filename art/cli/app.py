@@ -41,6 +41,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_SUSPENDED = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 app = typer.Typer(
     name="art",
@@ -459,11 +460,12 @@ def resume(
                     for s in await _pending_suspensions(inst, thread_id)
                     if s["suspension_id"] == suspension_id
                 }
-
-            response = await _live(
-                out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
-            )
-            return await _finish(out, inst, view, response, launch)
+            with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+                response = await _live(
+                    out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
+                )
+            code = await _finish(out, inst, view, response, launch)
+            return EXIT_INTERRUPTED if interrupted else code
 
     _exit(_guard(out, do_resume))
 
@@ -635,6 +637,33 @@ def mcp_command(
         int, typer.Option("--port", min=0, max=65535, help="Port (--http; 0: any free one).")
     ] = 8000,
     path: Annotated[str, typer.Option("--path", help="URL path (--http).")] = "/mcp",
+    api_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            metavar="KEY",
+            help="A key clients send as 'Authorization: Bearer KEY' (--http; 16+ characters). "
+            "Repeatable. Default: $ART_API_KEYS (comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Listen beyond loopback without keys (--http; only behind a proxy that "
+            "authenticates every request).",
+        ),
+    ] = False,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="A Host name the server answers to besides the loopback names and --host "
+            "(--http). Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Serve this agent as an MCP server: its query, plan and suspension tools, over stdio
     (for Claude Desktop and IDEs) or Streamable HTTP. See docs/mcp.md."""
@@ -654,6 +683,9 @@ def mcp_command(
                 host=host,
                 port=port,
                 path=path,
+                api_keys=api_keys,
+                no_auth=no_auth,
+                allowed_hosts=allowed_hosts,
             ),
         )
     )
@@ -682,8 +714,38 @@ async def _run(
 ) -> int:
     async with launch.instance() as inst:
         view = RunView(thread_id=thread_id, query=query, full=full)
-        response = await _live(out, view, inst.stream(query, thread_id, options))
-        return await _finish(out, inst, view, response, launch)
+        with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+            response = await _live(out, view, inst.stream(query, thread_id, options))
+        code = await _finish(out, inst, view, response, launch)
+        return EXIT_INTERRUPTED if interrupted else code
+
+
+@contextlib.contextmanager
+def _cancel_on_interrupt(out: Output, inst: ArtInstance, thread_id: str) -> Iterator[list[bool]]:
+    """Ctrl-C cancels the run (`art run`, `art resume`), which ends CANCELLED with what
+    finished stored (the list yielded becomes non-empty); a second Ctrl-C quits at once."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    interrupted: list[bool] = []
+
+    def cancel() -> None:
+        interrupted.append(True)
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C is KeyboardInterrupt
+        out.errors.print("[yellow]cancelling the run (Ctrl-C again to quit at once)[/]")
+        inst.cancel(thread_id, "interrupted (Ctrl-C)")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (a thread)
+        yield interrupted
+        return
+    try:
+        yield interrupted
+    finally:
+        if not interrupted:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _resume_events(
@@ -1130,6 +1192,12 @@ def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
         raise CliError(
             "CONFIG_ERROR", f"{option} {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
         ) from exc
+    except SystemExit as exc:  # not art's exit: the command would end as if it had run
+        raise CliError(
+            "CONFIG_ERROR",
+            f"{option} {spec!r}: importing {target} called sys.exit({exc.code!r})",
+            EXIT_USAGE,
+        ) from None
 
 
 def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:
@@ -1167,7 +1235,7 @@ def _guarded(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return asyncio.run(body())
     except KeyboardInterrupt:
         out.errors.print("[yellow]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
     except (typer.Exit, typer.Abort, SystemExit):
         raise
     except Exception as exc:

@@ -78,6 +78,12 @@ _TEXT_PATTERNS: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
         r"\g<scheme> " + MASK,
         ("bearer", "basic", "token"),
     ),
+    # The password of a URL: postgresql://user:PASSWORD@host, https://user:PASSWORD@proxy
+    (
+        re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/?#@:]*:)[^\s/?#@]+@"),
+        r"\g<head>" + MASK + "@",
+        ("://",),
+    ),
     # OpenAI / Anthropic / OpenRouter style keys: sk-..., sk-proj-..., sk-ant-...
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), "sk-" + MASK, ("sk-",)),
     # Other well-known shapes: Google, AWS, GitHub, Slack, Hugging Face, Groq, xAI.

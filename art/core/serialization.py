@@ -15,7 +15,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,10 +25,12 @@ from art.core.binary import describe_bytes, has_bytes
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
+    "MAX_DATA_DEPTH",
     "context_text",
     "escape_unencodable",
     "escape_unencodable_data",
     "safe_stringify",
+    "storable_problem",
     "to_jsonable",
     "truncate",
 ]
@@ -42,6 +44,65 @@ _MAX_REPR = 2_000
 # json.dumps(..., ensure_ascii=False) builds an encoder per call; `_plain` has already
 # broken every cycle, so the encoder's own circular check is not needed either.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+
+
+#: How deep the data a door accepts (a tool's output, a decision, a plan's arguments, a
+#: run's context) may nest. Storage must read back what it writes, and pydantic's JSON
+#: parser stops at 200 levels; a stored record wraps a value in a few levels of its own.
+MAX_DATA_DEPTH = 100
+
+
+def storable_problem(value: Any, *, max_depth: int = MAX_DATA_DEPTH) -> str | None:
+    """Why JSON data `value` could not be stored and read back equal, or None: nested
+    deeper than `max_depth` levels, or holding NaN or an infinite number (JSON has none).
+
+    Walks dicts, lists and tuples without recursion, so any depth is measured safely."""
+    if type(value) is float:
+        return None if math.isfinite(value) else _NOT_FINITE
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return f"is nested more than {max_depth} levels deep (art stores at most {max_depth})"
+        for child in children:
+            if isinstance(child, dict | list | tuple):
+                stack.append((child, depth + 1))
+            elif type(child) is float and not math.isfinite(child):
+                return _NOT_FINITE
+    return None
+
+
+def _has_cycle(value: Any) -> bool:
+    """Whether a dict, list or tuple in `value` holds itself, found without recursion."""
+    path: set[int] = set()
+    stack: list[tuple[Any, Iterator[Any] | None]] = [(value, None)]
+    while stack:
+        item, children = stack[-1]
+        if children is None:
+            if not isinstance(item, dict | list | tuple):
+                stack.pop()
+                continue
+            if id(item) in path:
+                return True
+            path.add(id(item))
+            children = iter(item.values() if isinstance(item, dict) else item)
+            stack[-1] = (item, children)
+        child = next((c for c in children if isinstance(c, dict | list | tuple)), None)
+        if child is None:
+            path.discard(id(item))
+            stack.pop()
+        else:
+            stack.append((child, None))
+    return False
+
+
+_NOT_FINITE = "holds NaN or an infinite number, which JSON cannot carry (use null or a string)"
 
 
 # A lone surrogate (a file name that is not UTF-8, half of a pair from a bad JSON escape):
@@ -157,18 +218,28 @@ def to_jsonable(value: Any) -> Any:
 
     Tuples and sets become lists, datetimes ISO strings, pydantic models and
     dataclasses dicts. Raises TypeError when something cannot be converted (an
-    arbitrary object, a circular reference, ...).
+    arbitrary object, a circular reference, ...) or could not be read back once stored
+    (`storable_problem`: nested too deep, NaN).
     """
     try:
         if has_bytes(value):
-            return _jsonable_keeping_bytes(value)
-        return to_jsonable_python(value)
+            converted = _jsonable_keeping_bytes(value)
+        else:
+            converted = to_jsonable_python(value)
     except Exception as exc:
+        # Deeper than the converter goes (it says "circular reference"): say so.
+        problem = None if _has_cycle(value) else storable_problem(value)
+        if problem is not None:
+            raise TypeError(f"the value {problem}") from exc
         raise TypeError(
             f"a value of type {type(value).__name__} cannot be converted to JSON: {exc}; "
             "use dicts, lists, strings, numbers, booleans and None "
             "(or pydantic models / dataclasses made of them)"
         ) from exc
+    problem = storable_problem(converted)
+    if problem is not None:
+        raise TypeError(f"the value {problem}")
+    return converted
 
 
 def _jsonable_keeping_bytes(value: Any) -> Any:

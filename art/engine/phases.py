@@ -14,13 +14,17 @@ and answer with what it is waiting for or why it failed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from art.core.log import get_logger
+from art.core.serialization import truncate
 from art.engine.run import Run, call_error
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.errors import ModelError, PlanError, RunErrorCode
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 from art.responses import (
     AgentFinalResponse,
@@ -52,6 +56,8 @@ __all__ = [
     "run_phases",
     "session_end_data",
 ]
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +121,9 @@ class MakePlan:
                 invalid = RunError(
                     code=RunErrorCode.PLAN_INVALID, message=exc.message, problems=list(exc.problems)
                 )
-                return Fail(invalid)
+                return Fail(invalid, source="planning", phase="planning")
             except (ModelError, HookVeto) as exc:
-                return Fail(call_error(exc))
+                return Fail(call_error(exc), source=_source_of(exc), phase="planning")
             await run.plan_created(plan)
         elif record.status != "running":
             record.status = "running"
@@ -162,6 +168,9 @@ class ExecutePlan:
         run.execution = execution
         try:
             outcome = await execution.run()
+        except asyncio.CancelledError:
+            record.steps = execution.records()  # stopped between passes: keep what finished
+            raise
         finally:
             run.execution = None
         record.steps = outcome.records
@@ -172,7 +181,11 @@ class ExecutePlan:
             return Suspend(pending or outcome.suspensions)
         if outcome.status in ("failed", "cancelled"):
             failed = RunError(code=RunErrorCode.STEP_FAILED, message="a step failed")
-            return Fail(outcome.error or failed)
+            error = outcome.error or failed
+            # Not a step's failure: the streamed plan's (invalid, or its call failed).
+            by_steps = error.code in (RunErrorCode.STEP_FAILED, RunErrorCode.CANCELLED)
+            source = "run" if by_steps else "planning"
+            return Fail(error, source=source, phase="execute", reported=outcome.error_reported)
         return Synthesize(outcome)
 
 
@@ -199,21 +212,24 @@ class Synthesize:
         try:
             result = await synthesize(run.context, deps.llm, deps.synthesis_model, data)
         except (ModelError, HookVeto) as exc:
-            return Fail(call_error(exc))
+            return Fail(call_error(exc), source=_source_of(exc), phase="synthesis")
+        run.ending()
         cut_off = incomplete_answer(result.finish_reason)
+        answer, limit = result.content, run.context.config.max_answer_chars
+        if len(answer) > limit:
+            answer = truncate(answer, limit)
+            cut_off = f"the answer was cut to {limit} characters (max_answer_chars)"
         complete = outcome.status == "completed" and cut_off is None
         status: RunStatusName = "success" if complete else "partial"
         record.status = "completed" if complete else "partial"
-        record.answer = result.content
+        record.answer = answer
         record.error = (
             RunError(code=RunErrorCode.ANSWER_INCOMPLETE, message=cut_off)
             if cut_off
             else outcome.error  # e.g. why replanning failed
         )
         run.sync_counters()
-        response = build_response(
-            run, status, result.content, error=record.error, answered_by=result
-        )
+        response = build_response(run, status, answer, error=record.error, answered_by=result)
         question = ConversationMessage(thread_id=run.thread_id, role="user", content=record.query)
         # The run's end and its exchange in one write: a crash keeps both or neither.
         await deps.storage.finish_run(record, [question, response.response])
@@ -227,6 +243,7 @@ class Suspend:
     pending: Sequence[Suspension]
 
     async def run(self, run: Run) -> End:
+        run.ending()
         record, pending = run.state.record, self.pending
         record.status = "suspended"
         run.sync_counters()
@@ -256,27 +273,36 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """The run failed with `error` (its message redacted before it is stored)."""
+    """The run failed with `error` (its message redacted before it is stored); `source`
+    and `phase` say what failed where, for the `error` event, which is left out when the
+    failure was reported already (a step's, under `on_step_failure="fail"`)."""
 
     error: RunError
+    source: str = "run"
+    phase: str | None = None
+    reported: bool = False
 
     async def run(self, run: Run) -> End:
+        run.ending()
         error = self.error.model_copy(update={"message": run.deps.llm.redact(self.error.message)})
         record = run.state.record
         record.status = "failed"
         record.error = error
         run.sync_counters()
-        await run.deps.storage.update_run(record)
-        await run.emit(
-            "error",
-            {
-                "source": "run",
-                "code": error.code,
-                "message": error.message,
-                "problems": error.problems,
-                "recoverable": False,
-            },
-        )
+        try:
+            await run.deps.storage.update_run(record)
+        except Exception as exc:  # the response still tells the caller why the run failed
+            log.error("the failed run could not be stored", run_id=record.run_id, error=repr(exc))
+        if not self.reported:
+            data = error_data(
+                self.source,
+                error.code,
+                error.message,
+                recoverable=False,
+                phase=self.phase,
+                problems=error.problems,
+            )
+            await run.emit("error", data)
         content = f"The run failed ({error.code}): {error.message}"
         return End(build_response(run, "error", content, error=error))
 
@@ -312,6 +338,7 @@ def build_response(
         trace_id=context.trace_id,
         run_id=context.run_id,
         user_id=context.user_id,
+        session_id=context.session_id,
         status=status,
         total_duration_ms=run.state.duration_ms(),
         llm_calls=stats.llm_calls,
@@ -355,6 +382,10 @@ def session_end_data(response: AgentFinalResponse) -> dict[str, Any]:
         "suspension_ids": list(meta.suspension_ids),
         "response": response,
     }
+
+
+def _source_of(exc: ModelError | HookVeto) -> str:
+    return "llm" if isinstance(exc, ModelError) else "hook"
 
 
 def _blocking_config(run: Run, tool_name: str) -> dict[str, Any] | None:

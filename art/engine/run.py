@@ -33,6 +33,7 @@ from art.errors import (
     StorageError,
     SuspensionError,
 )
+from art.observe.errors import error_data
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
 from art.observe.tracing import current_traceparent
@@ -168,6 +169,12 @@ class Run:
         )
         self.loop = asyncio.get_running_loop()
         self.execution: PlanExecution | None = None  # the execute phase, while it runs
+        # The task that drives the run, for its whole life: `cancel` cancels it wherever it
+        # waits (a planner or synthesis call, a replan, storage) but inside a pass over the
+        # plan, where the steps stop themselves and record how they ended.
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled_task = False
+        self._ending = False  # the run's end is being stored: too late to cancel
 
     @property
     def thread_id(self) -> str:
@@ -198,9 +205,21 @@ class Run:
                     "decision": resumed.decision,
                 },
             )
+        self._task = asyncio.current_task()
         try:
-            state.history = await self.deps.storage.get_history(self.thread_id, limit=HISTORY_LIMIT)
-            response = await run_phases(self)
+            try:
+                if state.cancel_reason is None:  # else cancelled as it started
+                    state.history = await self.deps.storage.get_history(
+                        self.thread_id, limit=HISTORY_LIMIT
+                    )
+                    response = await run_phases(self)
+                else:
+                    response = await self._cancelled()
+            except asyncio.CancelledError:
+                if not self._own_cancel():
+                    raise
+                # `cancel` stopped the run where it waited; what finished is stored already.
+                response = await self._cancelled()
         except asyncio.CancelledError:
             # Left as a crash leaves it (the same query continues it); keep the log.
             with contextlib.suppress(Exception):
@@ -210,8 +229,7 @@ class Run:
             if (lost := _storage_error(exc)) is not None:
                 # The storage stopped answering (past the retries of a step's record): the
                 # run stays as a crash leaves it, and the same query continues it.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.log.finish())
+                await self._storage_lost(lost)
                 raise lost from exc
             log.exception("run failed inside the engine", run_id=self.context.run_id)
             error = RunError(
@@ -229,11 +247,50 @@ class Run:
         return response
 
     def cancel(self, reason: str) -> None:
-        """Stop the run (on its own loop): no new steps, running tools cancelled."""
+        """Stop the run (on its own loop) in whatever phase it is: a pass over the plan
+        starts no new steps and cancels the running ones; anything else it waits for (a
+        planner, replanner or synthesis call, storage) is cancelled, its request closed.
+        The run then ends with code CANCELLED."""
+        if self._ending or self.state.cancel_reason is not None:
+            return
         self.state.cancel_reason = reason
         self.context.cancellation.cancel(reason)
-        if self.execution is not None:
-            self.execution.cancel(reason)
+        execution = self.execution
+        if execution is not None and execution.cancel(reason):
+            return  # the pass stops its steps and returns
+        self._cancel_task()
+
+    async def _storage_lost(self, lost: StorageError) -> None:
+        """Report the storage failure that stops the run (the caller gets `lost` raised)."""
+        log.error("run stopped by its storage", run_id=self.context.run_id, error=lost.message)
+        data = error_data("storage", RunErrorCode.STORAGE_ERROR, lost.message, recoverable=False)
+        await self.emit("error", data)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.log.finish())
+
+    async def _cancelled(self) -> AgentFinalResponse:
+        from art.engine.phases import Fail
+
+        error = RunError(code=RunErrorCode.CANCELLED, message=self.state.cancel_reason or "")
+        return (await Fail(error).run(self)).response
+
+    def ending(self) -> None:
+        """The run's end is being stored: a cancel from now on changes nothing."""
+        self._ending = True
+
+    def _cancel_task(self) -> None:
+        task = self._task
+        if task is not None and not task.done() and not self._cancelled_task:
+            self._cancelled_task = True
+            task.cancel()
+
+    def _own_cancel(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        task = self._task
+        if not self._cancelled_task or task is None:
+            return False
+        self._cancelled_task = False
+        return task.uncancel() == 0
 
     # -- what the phases share ----------------------------------------------------------
     async def emit(self, name: str, data: dict[str, Any]) -> None:
@@ -476,12 +533,7 @@ async def refused_response(
     if events.wants("error"):
         await events.emit(
             "error",
-            {
-                "source": source,
-                "code": error.code,
-                "message": error.message,
-                "recoverable": True,
-            },
+            error_data(source, error.code, error.message, recoverable=False, phase="setup"),
             thread_id=thread_id,
             span=span,
         )

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError
 
 from art.core.models import ArtModel
-from art.core.serialization import safe_stringify
+from art.core.serialization import safe_stringify, storable_problem
 from art.errors import RunErrorCode, SuspensionError, ToolErrorCode
 from art.responses import StepRecord, utcnow
 from art.storage.contract import Suspension
@@ -79,17 +79,25 @@ class SuspendedState(ArtModel):
 def parse_decision(decision: Decision | Mapping[str, Any] | bool) -> Decision:
     """`decision` as a Decision; raises SuspensionError (INVALID_DECISION) when malformed."""
     if isinstance(decision, Decision):
-        return decision
-    if isinstance(decision, bool):
+        parsed = decision
+    elif isinstance(decision, bool):
         return Decision(approved=decision)
-    try:
-        return Decision.model_validate(decision)
-    except ValidationError as exc:
-        raise SuspensionError(
-            'a decision is {"approved": true|false, "reason": "...", "modified_args": {...}}; '
-            f"got {safe_stringify(decision, max_length=200)} ({exc.error_count()} problem(s))",
-            code=INVALID_DECISION,
-        ) from None
+    else:
+        try:
+            parsed = Decision.model_validate(decision)
+        except ValidationError as exc:
+            raise SuspensionError(
+                'a decision is {"approved": true|false, "reason": "...", '
+                '"modified_args": {...}}; got '
+                f"{safe_stringify(decision, max_length=200)} ({exc.error_count()} problem(s))",
+                code=INVALID_DECISION,
+            ) from None
+    # Refused before it is stored: a decision storage could not read back would leave
+    # the thread unreadable.
+    problem = storable_problem(parsed.model_dump())
+    if problem is not None:
+        raise SuspensionError(f"the decision {problem}", code=INVALID_DECISION)
+    return parsed
 
 
 def apply_decision(

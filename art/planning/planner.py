@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from art.config import Persona
+from art.config import ExecutionConfig, Persona
 from art.core.log import get_logger
 from art.core.serialization import context_text, escape_unencodable_data
 from art.errors import PlanError
+from art.observe.errors import error_data
 from art.planning.output_schemas import output_sketch, step_output_schema
 from art.planning.plans import Plan, validate_plan
 
@@ -1083,6 +1084,8 @@ class Planner:
                 # A cut-off reply's last step may be cut short: only complete ones run.
                 offer=result.finish_reason != "length",
             )
+            if plan is not None:
+                problems = [*problems, *_size_problems(plan, run.config)]
             if result.finish_reason == "length":
                 problems = [
                     "the reply was cut off (the model hit its output limit); "
@@ -1096,16 +1099,17 @@ class Planner:
             if attempt < attempts:  # the last rejection is the run's own PLAN_INVALID error
                 await run.events.emit(
                     "error",
-                    {
-                        "source": "planning",
-                        "phase": phase,
-                        "code": "PLAN_INVALID",
-                        "message": f"plan rejected (attempt {attempt} of {attempts}); "
+                    error_data(
+                        "planning",
+                        "PLAN_INVALID",
+                        f"plan rejected (attempt {attempt} of {attempts}); "
                         f"asking for a repair: {'; '.join(problems[:5])}",
-                        "problems": problems,
-                        "attempt": attempt,
-                        "recoverable": True,
-                    },
+                        recoverable=True,
+                        phase=phase,
+                        suggestion="the planner is asked to repair its plan",
+                        problems=problems,
+                        attempt=attempt,
+                    ),
                     thread_id=run.thread_id,
                     run_id=run.run_id,
                     span=run.span,
@@ -1132,3 +1136,19 @@ class Planner:
             f"problems of the last one:\n{listed}{more}",
             problems,
         )
+
+
+def _size_problems(plan: Plan, config: ExecutionConfig) -> list[str]:
+    """What makes `plan` larger than the run's limits (`max_plan_steps`, `max_plan_title_chars`)."""
+    problems = []
+    if len(plan.steps) > config.max_plan_steps:
+        problems.append(
+            f"the plan has {len(plan.steps)} steps; at most {config.max_plan_steps} may run: "
+            "write a plan with fewer steps"
+        )
+    if len(plan.title) > config.max_plan_title_chars:
+        problems.append(
+            f"the plan's title is {len(plan.title)} characters long; "
+            f"keep it under {config.max_plan_title_chars}"
+        )
+    return problems

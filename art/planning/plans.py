@@ -23,6 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from art.core.models import ArtModel
+from art.core.serialization import storable_problem
 from art.planning.references import STEP_ID_PATTERN, references_by_argument
 
 if TYPE_CHECKING:
@@ -356,6 +357,10 @@ def validate_plan(
                 f"step {step_id!r} is already finished in the earlier plan; do not define it "
                 f"again (refer to its output as {{{{{step_id}.output}}}} and use a new id)"
             )
+
+        problem = storable_problem(step.args) if step.args else None
+        if problem is not None:
+            problems.append(f"step {step_id!r}: its args {problem}")
 
         tool = step.tool
         if tool is not None and tool not in known_tools:

@@ -49,6 +49,7 @@ from starlette.responses import Response
 from art.core.serialization import safe_stringify
 from art.engine.phases import display_outputs
 from art.engine.suspension import Decision, apply_decision
+from art.errors import RunErrorCode
 from art.responses import DisplayOutput, StepRecord
 from art.server.context import ServerContext, get_context
 from art.server.principals import Principal, authenticated
@@ -457,10 +458,21 @@ async def _launch(
     storage = ctx.instance.storage
     if run_input.resume:
         entries = list(run_input.resume)
-        # Each decision but the last is recorded at once; the last one continues the run.
+        # Every interrupt must be pending before any is decided: one decision recorded and
+        # then a refusal would leave the client unsure what happened.
+        pending = {s.suspension_id for s in await storage.list_suspensions(thread_id)}
+        unknown = [e.interrupt_id for e in entries if e.interrupt_id not in pending]
+        if unknown:
+            raise Problem(
+                404,
+                f"no pending interrupt {unknown[0]!r} on thread {thread_id!r}; nothing decided",
+                code=RunErrorCode.SUSPENSION_NOT_FOUND,
+            )
+        # Each decision but the last is recorded first, each through the run manager (the
+        # run stays its while it goes on); the last one continues the run.
         for entry in entries[:-1]:
             decision = _decision(entry.payload, entry.status)
-            await ctx.instance.aresume_execution(thread_id, entry.interrupt_id, decision)
+            await (await ctx.runs.resume(thread_id, entry.interrupt_id, decision)).wait()
         before = await storage.get_active_run(thread_id)
         last = entries[-1]
         active = await ctx.runs.resume(

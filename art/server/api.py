@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi import Path as PathParam
+from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
@@ -291,6 +292,16 @@ def _check_query(ctx: ServerContext, query: str) -> None:
         )
 
 
+def _check_execution_config(ctx: ServerContext, overrides: dict[str, Any]) -> None:
+    """Refuse overrides that would raise a limit the operator set (422)."""
+    try:
+        ctx.instance.config.execution_config.within(overrides)
+    except ValidationError as exc:
+        raise Problem(422, f"invalid executionConfig: {exc}", code="CONFIG_ERROR") from None
+    except ValueError as exc:
+        raise Problem(422, str(exc), code="LIMIT_RAISED") from None
+
+
 @router.post(
     "/threads/{thread_id}/runs",
     status_code=202,
@@ -310,6 +321,8 @@ async def start_run(
     options = body.options.model_dump(exclude_none=True) if body.options else {}
     if not caller.admin:  # a user's runs are theirs, whatever the body says
         options["user_id"] = caller.user
+    if "execution_config" in options:
+        _check_execution_config(ctx, options["execution_config"])
     _check_webhook(ctx, body.webhook)
     await ctx.threads.claim(caller, thread_id)
     if body.multitask_strategy == "enqueue" and ctx.settings.enqueue_to_queue:
@@ -322,7 +335,7 @@ async def start_run(
     if body.multitask_strategy == "enqueue":
         queued = ctx.runs.enqueue(thread_id, body.query, options or None, body.webhook)
         if wait:
-            return wire_response(await queued.wait())
+            return wire_response(await queued.wait(), secrets=ctx.secrets)
         resource = QueuedRunResource(run_id=queued.run_id, thread_id=thread_id)
         headers = {"Location": f"threads/{thread_id}/runs/{queued.run_id}"}
         return Response(wire_json(resource), 202, headers=headers, media_type="application/json")
@@ -350,7 +363,7 @@ async def _answer(
 ) -> Response:
     if waiting is not None:
         response: AgentFinalResponse = await waiting
-        return wire_response(response)
+        return wire_response(response, secrets=ctx.secrets)
     assert run_id is not None
     record = await _get_run(ctx, thread_id, run_id)
     resource = await run_resource(ctx, record)
@@ -526,6 +539,9 @@ def event_stream(ctx: ServerContext, events: AsyncIterator[StoredEvent]) -> Resp
     async def encoded() -> AsyncIterator[ServerSentEvent]:
         async for event in events:
             yield sse_event(wire_json(event).decode(), event=event.name, id=str(event.seq))
+            # Let other requests, and the check for a client that hung up, run between
+            # events: a replay of stored events never waits for anything by itself.
+            await asyncio.sleep(0)
 
     return ctx.streams.response(
         encoded(), ping_s=ctx.settings.ping_interval_s, headers={"Cache-Control": "no-cache"}

@@ -143,6 +143,30 @@ def serve_command(
     max_query_chars: Annotated[
         int, typer.Option("--max-query-chars", metavar="N", help="Longest query.")
     ] = 32_000,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            metavar="SECONDS",
+            help="How long a client may take to send a whole request; a slower one is "
+            "disconnected.",
+        ),
+    ] = 10.0,
+    keep_alive: Annotated[
+        float,
+        typer.Option(
+            "--keep-alive", metavar="SECONDS", help="How long an idle connection stays open."
+        ),
+    ] = 5.0,
+    execution_config: Annotated[
+        str | None,
+        typer.Option(
+            "--execution-config",
+            metavar="JSON",
+            help="The engine's limits as a JSON object, e.g. '{\"max_plan_attempts\": 2}' "
+            "(see ExecutionConfig); a client's executionConfig may lower them, not raise them.",
+        ),
+    ] = None,
     root_path: Annotated[
         str,
         typer.Option(
@@ -207,8 +231,13 @@ def serve_command(
             max_body_bytes=max_body_bytes,
             max_query_chars=max_query_chars,
             root_path=root_path.rstrip("/"),
+            request_timeout_s=request_timeout,
+            keep_alive_s=keep_alive,
         )
-        app = create_app(settings=settings, **instance_fields(model, storage, tools))
+        fields = instance_fields(model, storage, tools)
+        if execution_config:
+            fields["execution_config"] = _execution_config(execution_config)
+        app = create_app(settings=settings, **fields)
     except (CliError, ConfigurationError) as exc:
         code = exc.code if isinstance(exc, CliError) else str(exc.code)
         typer.echo(f"error {code}: {exc.message}", err=True)
@@ -222,3 +251,15 @@ def serve_command(
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
     )
+
+
+def _execution_config(text: str) -> object:
+    import json
+
+    from art.cli.app import CliError
+    from art.config import ExecutionConfig
+
+    try:
+        return ExecutionConfig.model_validate(json.loads(text))
+    except ValueError as exc:  # bad JSON, or a pydantic ValidationError
+        raise CliError("CONFIG_ERROR", f"--execution-config: {exc}") from None

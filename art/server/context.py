@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from art.core.redaction import Secrets, known_secrets, secrets_from_params
 from art.instance import ArtInstance
 from art.server.feed import EventFeed
 from art.server.journal import EventJournal
@@ -26,6 +27,12 @@ class ServerContext:
     runs: RunManager
     threads: ThreadAccess
     streams: EventStreams
+
+    @property
+    def secrets(self) -> Secrets:
+        """What every answer masks, as storage does: the environment's keys and the
+        secrets in the engine's `llm_params`."""
+        return known_secrets(secrets_from_params(self.instance.config.llm_params))
 
     @property
     def display_tools(self) -> frozenset[str]:

@@ -18,7 +18,9 @@ from art.storage.contract import StorageAdapter, StoredEvent
 
 __all__ = ["EventFeed"]
 
-_BATCH = 500
+# A stream reads this many stored events at a time: small enough that a replay (or one
+# dropped after its first events) never holds the event loop for long.
+_BATCH = 100
 
 
 class EventFeed:

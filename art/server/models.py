@@ -15,6 +15,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 from starlette.responses import Response
 
 from art.core.models import ArtModel
+from art.core.redaction import Secrets
 from art.instance import ThreadState
 from art.planning.plans import Plan
 from art.responses import ConversationMessage, DisplayOutput
@@ -221,5 +222,12 @@ def wire_json(value: Any) -> bytes:
     return pydantic_core.to_json(value, by_alias=True, fallback=_fallback)
 
 
-def wire_response(value: Any, status_code: int = 200) -> Response:
-    return Response(wire_json(value), status_code=status_code, media_type="application/json")
+def wire_response(
+    value: Any, status_code: int = 200, *, secrets: Secrets | None = None
+) -> Response:
+    """`value` as a JSON response, with `secrets` masked when given (what a live response
+    needs: a stored record has them masked already)."""
+    body = wire_json(value)
+    if secrets and (not secrets.json_plain or secrets.found_in(body.decode())):
+        body = pydantic_core.to_json(secrets.mask(json.loads(body)))
+    return Response(body, status_code=status_code, media_type="application/json")

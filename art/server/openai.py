@@ -127,6 +127,7 @@ async def chat_completions(
     content = response.content
     if meta.status == "suspended":
         content = await _waiting_text(ctx, active.thread_id, active.run_id)
+    content = ctx.secrets.text(content)  # as the stored answer and the streamed chunks are
     return JSONResponse(
         {
             "id": completion_id,

@@ -9,6 +9,7 @@ that id only.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -17,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from art.core.log import get_logger
 from art.errors import ArtError, ConfigurationError, RunErrorCode, SuspensionError
@@ -216,4 +218,34 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(ArtError, on_art_error)
-    app.add_exception_handler(Exception, on_unexpected)
+    # Not add_exception_handler(Exception, ...): Starlette answers those from its outermost
+    # middleware and then re-raises, and uvicorn closes the keep-alive connection.
+    app.add_middleware(_UnexpectedErrors, answer=on_unexpected)
+
+
+class _UnexpectedErrors:
+    """ASGI middleware answering an exception no handler took with `answer`'s response,
+    keeping the connection open for the client's next request."""
+
+    def __init__(self, app: ASGIApp, answer: Callable[[Request, Exception], Awaitable[Response]]):
+        self.app = app
+        self.answer = answer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:
+            if started:  # too late for an answer: the connection must go
+                raise
+            response = await self.answer(Request(scope), exc)
+            await response(scope, receive, send)

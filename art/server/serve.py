@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import socket
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
+import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from art.server.context import ServerContext
 from art.server.settings import ServerSettings
@@ -45,6 +49,64 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def _config(app: FastAPI, **options: Any) -> uvicorn.Config:
+    settings: ServerSettings = app.state.context.settings
+    return uvicorn.Config(
+        app,
+        http=_timed_protocol(settings.request_timeout_s),
+        timeout_keep_alive=math.ceil(settings.keep_alive_s),
+        server_header=False,
+        lifespan="on",
+        **options,
+    )
+
+
+def _timed_protocol(request_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, closing a connection whose client takes longer than
+    `request_timeout_s` to send a request (head and body) after connecting or after its
+    first byte: uvicorn itself waits for ever (only idle keep-alive connections time out)."""
+
+    class TimedH11Protocol(H11Protocol):
+        _request_timer: asyncio.TimerHandle | None = None
+
+        # uvicorn narrows BaseProtocol's transport to asyncio.Transport, as this does.
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY):
+                self._arm()  # a request is coming: the clock runs from its first byte
+            else:
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.conn.their_state is h11.IDLE:
+                self._disarm()  # idle between requests: the keep-alive timeout applies
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._request_timer is None:
+                self._request_timer = self.loop.call_later(request_timeout_s, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._request_timer is not None:
+                self._request_timer.cancel()
+                self._request_timer = None
+
+        def _too_slow(self) -> None:
+            self._request_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return TimedH11Protocol
+
+
 def serve(
     app: FastAPI,
     *,
@@ -62,14 +124,12 @@ def serve(
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((settings.host.strip("[]"), settings.port))
     port = listener.getsockname()[1]
-    config = uvicorn.Config(
+    config = _config(
         app,
         log_level=log_level,
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
         timeout_graceful_shutdown=math.ceil(settings.grace_s),
-        server_header=False,
-        lifespan="on",
     )
     host = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
     keys = "required" if settings.auth_required else "not required"
@@ -87,7 +147,7 @@ def serve_in_thread(app: FastAPI, *, log_level: str = "warning") -> Iterator[str
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, lifespan="on", server_header=False)
+    config = _config(app, log_level=log_level)
     server = _Server(config, app.state.context)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [listener]}, name="art-serve", daemon=True

@@ -119,6 +119,11 @@ class ServerSettings:
     ping_interval_s: float = 15.0
     #: The path prefix a reverse proxy serves the app under (ASGI root_path).
     root_path: str = ""
+    #: Seconds a client has to send a whole request (head and body) once it connected or
+    #: sent its first byte; a slower one is disconnected (slow clients hold no connection).
+    request_timeout_s: float = 10.0
+    #: Seconds an idle keep-alive connection stays open between requests.
+    keep_alive_s: float = 5.0
     #: `multitaskStrategy: enqueue` puts the run in the instance's run queue (`art worker`
     #: runs it; on SQLite this process too) instead of waiting in this server process.
     enqueue_to_queue: bool = False
@@ -157,6 +162,8 @@ class ServerSettings:
             raise ConfigurationError("webhook_attempts must be >= 1, webhook_first_delay_s >= 0")
         if self.grace_s < 0 or self.poll_interval_s <= 0 or self.ping_interval_s <= 0:
             raise ConfigurationError("grace_s must be >= 0; the intervals must be > 0")
+        if self.request_timeout_s <= 0 or self.keep_alive_s <= 0:
+            raise ConfigurationError("request_timeout_s and keep_alive_s must be > 0")
 
     @property
     def auth_required(self) -> bool:

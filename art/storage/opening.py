@@ -8,17 +8,19 @@ are imported here, lazily, the first time one is asked for: `import art` never l
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
 from art.config import STORAGE_ENV
-from art.core.redaction import current_secrets
+from art.core.redaction import current_secrets, redact
 from art.core.serialization import escape_unencodable_data
 from art.errors import ConfigurationError
 from art.storage.contract import StorageAdapter
@@ -29,6 +31,7 @@ __all__ = [
     "default_sqlite_path",
     "dump_json",
     "load_json",
+    "load_json_as",
     "merge_metadata",
     "metadata_matches",
     "open_storage",
@@ -44,6 +47,7 @@ ACCEPTED_URLS = (
 )
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+T = TypeVar("T")
 
 
 def default_sqlite_path() -> Path:
@@ -93,7 +97,7 @@ def open_storage(target: StorageAdapter | str | os.PathLike[str] | None = None) 
         return PostgresStorage(url)
     accepted = ", ".join(ACCEPTED_URLS)
     raise ConfigurationError(
-        f"unknown storage URL {url!r}: expected a StorageAdapter or one of {accepted} "
+        f"unknown storage URL {redact(url)!r}: expected a StorageAdapter or one of {accepted} "
         "(postgres:// also works)"
     )
 
@@ -164,7 +168,30 @@ def dump_json(model: BaseModel, *, exclude: set[str] | None = None) -> str:
 
 
 def load_json(model_type: type[ModelT], text: str | bytes) -> ModelT:
-    return model_type.model_validate_json(text)
+    """The record stored as `text` (see `load_json_as`)."""
+    return _read(model_type.model_validate_json, model_type.model_validate, text)
+
+
+def load_json_as(adapter: TypeAdapter[T], text: str | bytes) -> T:
+    """The value stored as `text`. JSON nested deeper than pydantic's parser reads (200
+    levels; the doors refuse such data, but older versions stored it) is parsed by the
+    standard library instead, so no stored thread is unreadable."""
+    return _read(adapter.validate_json, adapter.validate_python, text)
+
+
+def _read(
+    from_json: Callable[[str | bytes], T], from_data: Callable[[Any], T], text: str | bytes
+) -> T:
+    try:
+        return from_json(text)
+    except ValidationError as exc:
+        if not any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            raise exc from None
+        return from_data(data)
 
 
 def as_utc(moment: datetime) -> datetime:

@@ -24,10 +24,14 @@ async def serve_command(
     host: str,
     port: int,
     path: str,
+    api_keys: list[str] | None = None,
+    no_auth: bool = False,
+    allowed_hosts: list[str] | None = None,
 ) -> int:
     """`art mcp`: serve an agent over stdio (or Streamable HTTP) until stopped."""
     from art.adapters.mcp.server import aserve
     from art.cli.app import EXIT_OK, EXIT_USAGE, CliError, _build_instance, load_instance
+    from art.server.settings import ServerSettings, keys_from_env
 
     if instance is not None and (model or storage or tools or mcp_config):
         raise CliError(
@@ -36,6 +40,9 @@ async def serve_command(
             "and --mcp-config (configure them in the instance)",
             EXIT_USAGE,
         )
+    keys = list(api_keys or keys_from_env())
+    if http:  # refused before anything starts: keys of 16+ characters, loopback without
+        ServerSettings(host=host, api_keys=keys, allow_unauthenticated=no_auth).check_exposure()
     inst = (
         load_instance(instance) if instance else _build_instance(model, storage, tools, mcp_config)
     )
@@ -45,7 +52,15 @@ async def serve_command(
 
     async with inst:
         await aserve(
-            inst, "http" if http else "stdio", host=host, port=port, path=path, ready=ready
+            inst,
+            "http" if http else "stdio",
+            host=host,
+            port=port,
+            path=path,
+            ready=ready,
+            api_keys=keys,
+            allow_unauthenticated=no_auth,
+            allowed_hosts=allowed_hosts or (),
         )
     return EXIT_OK
 

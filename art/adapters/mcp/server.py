@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
@@ -44,12 +45,23 @@ log = get_logger(__name__)
 
 ServerTransport = Literal["stdio", "http"]
 
+#: The longest question the query and plan tools take (what `art serve` takes by default).
+MAX_QUESTION_CHARS = 32_000
+# What a thread id may be: what `art serve` takes in a URL (art.server.settings).
+_THREAD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 _THREAD_ID = {
     "type": "string",
+    "pattern": _THREAD_ID_PATTERN,
     "description": "The conversation thread; give the thread_id of an earlier result to "
-    "ask a follow-up. A new thread when omitted.",
+    "ask a follow-up. A new thread when omitted. 1-128 letters, digits and `._:-`, starting "
+    "with a letter or digit.",
 }
-_QUESTION = {"type": "string", "minLength": 1, "description": "What to ask the agent."}
+_QUESTION = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_QUESTION_CHARS,
+    "description": "What to ask the agent.",
+}
 _RUN_RESULT: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -126,6 +138,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
             "properties": {
                 "thread_id": {
                     "type": "string",
+                    "pattern": _THREAD_ID_PATTERN,
                     "description": "Only this thread (default: the 100 most recent threads).",
                 }
             },
@@ -139,8 +152,8 @@ TOOLS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         {
             "type": "object",
             "properties": {
-                "thread_id": {"type": "string"},
-                "suspension_id": {"type": "string"},
+                "thread_id": {"type": "string", "pattern": _THREAD_ID_PATTERN},
+                "suspension_id": {"type": "string", "maxLength": 200},
                 "approved": {"type": "boolean"},
                 "reason": {"type": "string", "description": "Why (the agent sees it)."},
                 "modified_args": {
@@ -191,13 +204,82 @@ def create_mcp_server(instance: ArtInstance, *, name: str = "art") -> Server[Any
 
 
 def streamable_http_app(
-    instance: ArtInstance, *, path: str = "/mcp", host: str = "127.0.0.1", name: str = "art"
+    instance: ArtInstance,
+    *,
+    path: str = "/mcp",
+    host: str = "127.0.0.1",
+    name: str = "art",
+    api_keys: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """A Starlette app serving `instance` over Streamable HTTP at `path` (mount it, or run
-    it with any ASGI server). `host` is the address it is reached on: for localhost the
-    SDK turns on its DNS-rebinding protection."""
+    it with any ASGI server).
+
+    It answers only to the loopback names, `host` (the address it is reached on, unless a
+    wildcard) and `allowed_hosts` as Host, and to pages of those origins (DNS rebinding);
+    with `api_keys`, every request needs `Authorization: Bearer <one of them>`."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = ["127.0.0.1", "localhost", "[::1]", *allowed_hosts]
+    if host not in _WILDCARDS:
+        names.append(f"[{host}]" if ":" in host else host)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[pattern for n in names for pattern in (n, f"{n}:*")],
+        allowed_origins=[
+            f"{scheme}://{n}{port}"
+            for n in names
+            for scheme in ("http", "https")
+            for port in ("", ":*")
+        ],
+    )
     server = create_mcp_server(instance, name=name)
-    return server.streamable_http_app(streamable_http_path=path, host=host)
+    app = server.streamable_http_app(
+        streamable_http_path=path, host=host, transport_security=security
+    )
+    if api_keys:
+        app.add_middleware(_KeyCheck, keys=list(api_keys))
+    return app
+
+
+_WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+class _KeyCheck:
+    """ASGI middleware: every HTTP request needs `Authorization: Bearer <one of keys>`."""
+
+    def __init__(self, app: Any, keys: Sequence[str]) -> None:
+        self.app = app
+        self._keys = [key.encode() for key in keys]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, given = header.partition(b" ")
+        # Compare with every key, always: the time taken says nothing about which matched.
+        matched = False
+        for key in self._keys:
+            matched |= hmac.compare_digest(given.strip(), key)
+        if scheme.lower() == b"bearer" and matched:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps(
+            {"error": "this server needs an API key: send Authorization: Bearer <key>"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Bearer realm="art"'),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
 
 async def aserve(
@@ -209,9 +291,14 @@ async def aserve(
     path: str = "/mcp",
     name: str = "art",
     ready: Callable[[str], None] | None = None,
+    api_keys: Sequence[str] = (),
+    allow_unauthenticated: bool = False,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Serve `instance` until the client hangs up (stdio) or the process is stopped (HTTP).
 
+    Over HTTP, without `api_keys` it refuses to listen beyond loopback unless
+    `allow_unauthenticated` (a proxy in front authenticates); see `streamable_http_app`.
     `ready` is called with a line saying where it listens, once it does."""
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
@@ -220,7 +307,8 @@ async def aserve(
         async with stdio_server() as (read_stream, write_stream):
             if ready is not None:
                 ready("serving MCP over stdio")
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            async with _answering_unreadable(read_stream, write_stream) as requests:
+                await server.run(requests, write_stream, server.create_initialization_options())
         return
     if transport != "http":
         raise ValueError(f"transport must be 'stdio' or 'http', got {transport!r}")
@@ -228,7 +316,15 @@ async def aserve(
 
     import uvicorn
 
-    app = streamable_http_app(instance, path=path, host=host, name=name)
+    from art.server.settings import ServerSettings
+
+    # The rules of `art serve`: keys of 16+ characters; none beyond loopback only by choice.
+    ServerSettings(
+        host=host, api_keys=list(api_keys), allow_unauthenticated=allow_unauthenticated
+    ).check_exposure()
+    app = streamable_http_app(
+        instance, path=path, host=host, name=name, api_keys=api_keys, allowed_hosts=allowed_hosts
+    )
     # Bound here, so port 0 picks a free port that `ready` can name.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -243,6 +339,60 @@ async def aserve(
         await http.serve(sockets=[sock])
     finally:
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _answering_unreadable(read_stream: Any, write_stream: Any) -> AsyncIterator[Any]:
+    """`read_stream` as the server reads it, except that a request the SDK could not read
+    (pydantic's JSON parser stops at 200 levels of nesting) is answered with an error
+    naming why, instead of never: the client would wait for ever."""
+    import anyio
+    from mcp.shared.message import SessionMessage
+
+    send, receive = anyio.create_memory_object_stream[Any](0)
+
+    async def forward() -> None:
+        async with send:
+            async for item in read_stream:
+                if isinstance(item, Exception):
+                    answer = _invalid_request_answer(item)
+                    if answer is not None:
+                        await write_stream.send(SessionMessage(answer))
+                        continue
+                await send.send(item)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(forward)
+        try:
+            yield receive
+        finally:
+            group.cancel_scope.cancel()
+
+
+def _invalid_request_answer(error: Exception) -> Any:
+    """The JSON-RPC error answering the request whose text failed to parse as `error`, or
+    None when it is not a request with an id (nothing to answer)."""
+    from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
+    from pydantic import ValidationError
+
+    if not isinstance(error, ValidationError):
+        return None
+    text = next((e.get("input") for e in error.errors() if "input" in e), None)
+    if not isinstance(text, str | bytes):
+        return None
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if type(request_id) not in (int, str) or "method" not in message:
+        return None
+    reason = error.errors()[0].get("msg", "not a valid request")
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(code=INVALID_REQUEST, message=f"invalid request: {reason}"),
+    )
 
 
 def serve(instance: ArtInstance, transport: ServerTransport = "stdio", **options: Any) -> None:

@@ -124,7 +124,7 @@ function openThread(threadId, runId) {
 // -- events ----------------------------------------------------------------------------------
 function liveOf(runId) {
   return (state.live[runId] ||= {
-    statuses: {}, tools: {}, answer: "", usage: null, cost: 0, status: null, tookMs: 0, startedAt: null,
+    statuses: Object.create(null), tools: Object.create(null), answer: "", usage: null, cost: 0, status: null, tookMs: 0, startedAt: null,
   });
 }
 
@@ -139,7 +139,7 @@ function onEvent(event) {
       break;
     case "plan:created":
     case "plan:updated":
-      live.statuses = {};
+      live.statuses = Object.create(null);
       refreshRun(event.runId);
       break;
     case "step:status":
@@ -147,7 +147,7 @@ function onEvent(event) {
       if (data.status !== "in_progress") refreshRun(event.runId);
       break;
     case "tool:update": {
-      const calls = (live.tools[data.step_id] ||= {});
+      const calls = (live.tools[data.step_id] ||= Object.create(null));
       const call = (calls[data.call_id] ||= { callId: data.call_id, tool: data.tool, stages: [] });
       if (data.args) call.args = data.args;
       call.stages.push({ stage: data.stage, at: event.timestamp, title: data.title, status: data.status,
@@ -382,8 +382,13 @@ function statusOfRun(run) {
   return run.status;
 }
 
+// A run's stored record of step `id`, never a property every object has ("toString").
+function ownStep(run, id) {
+  return run.steps && Object.hasOwn(run.steps, id) ? run.steps[id] : undefined;
+}
+
 function stepStatus(run, live, id) {
-  return live.statuses[id]?.status || run.steps?.[id]?.status || "pending";
+  return live.statuses[id]?.status || ownStep(run, id)?.status || "pending";
 }
 
 function renderRunHead(run, live) {
@@ -436,7 +441,7 @@ function renderStep(run, live) {
     panel.replaceChildren(h("h2", {}, "Step"), h("p", { class: "empty" }, "Click a step of the plan."));
     return;
   }
-  const record = run.steps?.[id] || {};
+  const record = ownStep(run, id) || {};
   const status = stepStatus(run, live, id);
   const result = record.result || {};
   const calls = Object.values(live.tools[id] || {});

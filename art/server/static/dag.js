@@ -21,7 +21,8 @@ function svg(tag, attrs = {}, ...children) {
 // Each step's dependencies: dependsOn plus the steps its arguments reference.
 export function dependencies(plan) {
   const ids = new Set(plan.steps.map((s) => s.id));
-  const deps = {};
+  // Maps keyed by step id have no prototype: a step may be called "constructor" or "__proto__".
+  const deps = Object.create(null);
   for (const step of plan.steps) {
     const found = new Set((step.dependsOn || []).filter((d) => ids.has(d)));
     for (const match of JSON.stringify(step.args || {}).matchAll(REFERENCE)) {
@@ -34,7 +35,7 @@ export function dependencies(plan) {
 
 export function layout(plan) {
   const deps = dependencies(plan);
-  const layer = {};
+  const layer = Object.create(null);
   const depth = (id, seen = new Set()) => {
     if (layer[id] !== undefined) return layer[id];
     if (seen.has(id)) return 0; // a cycle cannot be planned; draw it anyway
@@ -45,7 +46,7 @@ export function layout(plan) {
   plan.steps.forEach((s) => depth(s.id));
   const layers = [];
   plan.steps.forEach((s) => (layers[layer[s.id]] ||= []).push(s.id));
-  const x = {};
+  const x = Object.create(null);
   layers.forEach((ids, row) => {
     if (row > 0) {
       const centre = (id) => deps[id].reduce((sum, d) => sum + x[d], 0) / (deps[id].length || 1);
@@ -54,7 +55,7 @@ export function layout(plan) {
     ids.forEach((id, column) => (x[id] = column));
   });
   const widest = Math.max(...layers.map((ids) => ids.length));
-  const position = {};
+  const position = Object.create(null);
   layers.forEach((ids, row) => {
     const offset = ((widest - ids.length) * (W + GAP_X)) / 2;
     ids.forEach((id, column) => {
