@@ -17,7 +17,15 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -166,6 +174,8 @@ class ArtInstance:
         self._portal_lock = threading.Lock()
         self._portal: Portal | None = None
         self._active: dict[str, Run] = {}  # the runs under way, for `cancel`
+        # Calls that have not built their run yet (taking the lease, run:before hooks).
+        self._starting: dict[str, list[_Starting]] = {}
         self._closed = False
         self._queue: RunQueue | None = None
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
@@ -280,7 +290,7 @@ class ArtInstance:
         user message) to `model` (the instance's by default), with the instance's
         llm_params, retries and time limits. Raises ModelError."""
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         return await llm_chat.achat(
             self._llm_client(llm_params),
             self.config.execution_config,
@@ -320,7 +330,7 @@ class ArtInstance:
         """`achat`, streamed: the reply's chunks as they arrive (`content` or `thinking`),
         the last one `done` with the finish reason and usage. Raises ModelError."""
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         chunks = llm_chat.chat_stream(
             self._llm_client(llm_params), self.config.execution_config, model, sent
         )
@@ -328,10 +338,16 @@ class ArtInstance:
             yield chunk
 
     def _chat_call(
-        self, messages: ChatMessages, model: str | None, system_prompt: str | None
+        self,
+        messages: ChatMessages,
+        model: str | None,
+        system_prompt: str | None,
+        llm_params: Mapping[str, Any] | None,
     ) -> tuple[str, list[dict[str, Any]]]:
-        """The model and messages of a chat call, the model's provider registered."""
+        """The model and messages of a chat call, the model's provider registered; a call
+        asking for function calling is refused."""
         model = model or self.model
+        llm_chat.refuse_function_calling({**self.config.llm_params, **(llm_params or {})})
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
             import art.adapters.local  # noqa: F401 - registers the provider with litellm
         return model, llm_chat.chat_messages(messages, system_prompt)
@@ -454,6 +470,27 @@ class ArtInstance:
         """Sync `aget_state`."""
         return self._sync(self.aget_state(thread_id))
 
+    async def aget_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """The thread's conversation history, oldest first: all of it, or a page of
+        `limit` messages that ends `before` messages from the newest (`before=0`: the
+        newest page). Runs plan and answer with the last 20 only; this reads the rest."""
+        self._check_open()
+        if (limit is not None and limit < 0) or before < 0:
+            raise ConfigurationError("get_history needs limit >= 0 and before >= 0")
+        thread_id = _storable(thread_id)
+        await self._prepare()
+        wanted = _ALL_MESSAGES if limit is None else before + limit
+        messages = await self.storage.get_history(thread_id, limit=wanted)
+        return messages[: len(messages) - before] if before else messages
+
+    def get_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """Sync `aget_history`."""
+        return self._sync(self.aget_history(thread_id, limit=limit, before=before))
+
     async def aload_history(
         self, thread_id: str, messages: Sequence[ConversationMessage | Mapping[str, Any]]
     ) -> None:
@@ -516,13 +553,26 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        run = self._active.get(thread_id)  # an id no run may have finds none
-        if run is None or (run_id is not None and run.context.run_id != run_id):
-            return False
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        run = self._active.get(thread_id)
+        if run is None:
+            # Not started yet (taking the thread's lease, in run:before hooks): stop there.
+            calls = [
+                s
+                for s in list(self._starting.get(thread_id, ()))
+                if run_id is None or s.run_id == run_id
+            ]
+            for starting in calls:
+                if running is starting.loop:
+                    starting.cancel(reason)
+                else:
+                    starting.loop.call_soon_threadsafe(starting.cancel, reason)
+            return bool(calls)
+        if run_id is not None and run.context.run_id != run_id:
+            return False
         if running is run.loop:
             run.cancel(reason)
         else:
@@ -769,7 +819,7 @@ class ArtInstance:
     ) -> AgentFinalResponse:
         """The one path of `process` and `aresume_execution`: take the thread's lease, find
         the run (`open_`, where a `run:before` hook may veto it) and drive it."""
-        with self._secrets_in_use(opts):
+        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
             try:
                 async with self.storage.lease(thread_id):
                     try:
@@ -793,9 +843,40 @@ class ArtInstance:
                         "tools": opened.setup.registry.names(),
                         **opened.start,
                     }
+                    starting.hand_over(run)
                     return await self._drive(run, start, resumed=opened.resumed)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started, sinks=sinks)
+            except asyncio.CancelledError:
+                if not starting.owns_cancel():
+                    raise
+                return await self._cancelled_at_start(thread_id, starting, started, sinks=sinks)
+
+    @contextlib.contextmanager
+    def _start(self, thread_id: str, run_id: str | None) -> Iterator[_Starting]:
+        """The call's place in `_starting` until it hands over to its run (or ends)."""
+        starting = _Starting(asyncio.current_task(), asyncio.get_running_loop(), run_id)
+        self._starting.setdefault(thread_id, []).append(starting)
+        try:
+            yield starting
+        finally:
+            calls = self._starting.get(thread_id, [])
+            if starting in calls:
+                calls.remove(starting)
+            if not calls:
+                self._starting.pop(thread_id, None)
+
+    async def _cancelled_at_start(
+        self,
+        thread_id: str,
+        starting: _Starting,
+        started: float,
+        *,
+        sinks: Sequence[Callable[[Event], None]] = (),
+    ) -> AgentFinalResponse:
+        """The response of a call cancelled before its run existed (nothing was stored)."""
+        error = RunError(code=RunErrorCode.CANCELLED, message=starting.reason or "cancelled")
+        return await refused_response(self.events, thread_id, error, started, sinks=sinks)
 
     async def _busy(
         self,
@@ -814,6 +895,39 @@ class ArtInstance:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+class _Starting:
+    """A `process` or resume call before its run exists: `cancel` cancels its task, which
+    then answers CANCELLED; once handed over, a cancel goes to the run."""
+
+    def __init__(
+        self, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
+    ) -> None:
+        self.task = task
+        self.loop = loop
+        self.run_id = run_id
+        self.reason: str | None = None
+        self._run: Run | None = None
+
+    def hand_over(self, run: Run) -> None:
+        self._run = run
+
+    def cancel(self, reason: str) -> None:
+        """On the call's loop."""
+        if self._run is not None:
+            self._run.cancel(reason)  # it started meanwhile
+        elif self.reason is None and self.task is not None and not self.task.done():
+            self.reason = reason
+            self.task.cancel()
+
+    def owns_cancel(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        return self.reason is not None and self.task is not None and self.task.uncancel() == 0
+
+
+#: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
+_ALL_MESSAGES = 2**62
 
 
 def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstanceConfig:

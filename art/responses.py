@@ -62,6 +62,7 @@ class ExecutionMetadata(ArtModel):
     trace_id: str
     run_id: str | None = None
     user_id: str | None = None
+    session_id: str | None = None  # the caller's `session_id` option, kept with the run
     status: RunStatusName
     total_duration_ms: float = 0.0
     llm_calls: int = 0

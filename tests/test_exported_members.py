@@ -12,7 +12,8 @@ EXPORTS = {
     "art": [
         "AgentCallbacks", "AgentFinalResponse", "ArtError", "ArtInstance", "ArtInstanceConfig",
         "BufferConfig", "ChatResponse", "ChatStreamChunk", "ConfigurationError",
-        "ConversationMessage", "DisplayOutput", "Event", "EventContext", "ExecutionConfig",
+        "ConversationMessage", "DisplayOutput", "EvalReport", "Event", "EventContext",
+        "ExecutionConfig",
         "ExecutionContext", "ExecutionMetadata", "ForkError", "HookVeto", "IToolExecutor",
         "ModelError", "ModelErrorCode", "Persona", "Plan", "PlanError", "ProcessOptions",
         "QueueConfig",
@@ -20,8 +21,9 @@ EXPORTS = {
         "Step", "StepRecord", "StorageAdapter", "StorageError", "Suspension", "SuspensionError",
         "ThreadBusyError", "TokenUsage", "ToolErrorCode", "ToolExample",
         "ToolRegistrationError", "ToolRegistry", "ToolResult", "ToolSchema", "achat", "aplan",
-        "aprocess", "aresume_execution", "asubmit", "chat", "chat_stream",
-        "check_for_suspended_state", "configure", "create_art_instance", "plan", "process",
+        "aevaluate", "aprocess", "aresume_execution", "asubmit", "chat", "chat_stream",
+        "check_for_suspended_state", "configure", "create_art_instance", "evaluate",
+        "load_dataset", "plan", "process",
         "resume_execution", "safe_stringify", "submit", "tool",
     ],
     "art.tools": [

@@ -8,11 +8,12 @@ included), 1 error, 2 usage or configuration mistake, 3 suspended waiting for a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ import typer
 
 from art.cli.common import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_SUSPENDED,
     EXIT_USAGE,
@@ -30,6 +32,7 @@ from art.cli.common import (
     ApiBaseOption,
     ApiKeyEnvOption,
     CliError,
+    FullOption,
     JsonOption,
     McpConfigOption,
     ModelOption,
@@ -47,6 +50,7 @@ from art.cli.common import (
     format_seconds,
     format_when,
     guard,
+    key_values,
     load_instance,
     load_model,
     load_tools,
@@ -54,6 +58,7 @@ from art.cli.common import (
     one_line,
     status_text,
 )
+from art.cli.eval import register_eval_command
 from art.cli.mcp import list_tools, serve_command
 from art.cli.queue import register_queue_commands
 from art.cli.serve import serve_command as http_serve_command
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
 
     from art.instance import ArtInstance
     from art.observe.events import Event
+    from art.planning.plans import Plan
     from art.responses import AgentFinalResponse, StepRecord
     from art.storage.contract import StorageAdapter
 
@@ -174,6 +180,7 @@ def run(
             show_default=False,
         ),
     ] = None,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
@@ -185,11 +192,11 @@ def run(
     if only:
         options["tools"] = only
     if context:
-        options["system_context"] = _key_values(context, "--context")
+        options["system_context"] = key_values(context, "--context")
     if metadata:
-        options["metadata"] = _key_values(metadata, "--metadata")
+        options["metadata"] = key_values(metadata, "--metadata")
     launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
-    exit_with(guard(out, lambda: _run(out, query, thread_id, launch, options)))
+    exit_with(guard(out, lambda: _run(out, query, thread_id, launch, options, full=full)))
 
 
 @app.command()
@@ -211,6 +218,7 @@ def plan(
     api_key_env: ApiKeyEnvOption = None,
     timeout: TimeoutOption = None,
     mermaid: Annotated[bool, typer.Option("--mermaid", help="Print a Mermaid graph.")] = False,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Print the plan for QUERY without running anything."""
@@ -224,11 +232,11 @@ def plan(
         async with launch.instance() as inst:
             result = await inst.aplan(query, thread)
         if json_output:
-            out.emit_json(result.to_wire())
+            out.emit_json(_wire_with_dependencies(result))
         elif mermaid:
             sys.stdout.write(result.to_mermaid().rstrip("\n") + "\n")
         else:
-            out.console.print(plan_tree(result.to_wire(), {}, show_status=False))
+            out.console.print(plan_tree(result.to_wire(), {}, show_status=False, full=full))
         return EXIT_OK
 
     exit_with(guard(out, make_plan))
@@ -264,6 +272,7 @@ def resume(
     api_base: ApiBaseOption = None,
     api_key_env: ApiKeyEnvOption = None,
     timeout: TimeoutOption = None,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Decide a suspended step (human in the loop) and finish the run."""
@@ -282,7 +291,8 @@ def resume(
 
     async def do_resume() -> int:
         async with launch.instance() as inst:
-            view = RunView(thread_id=thread_id)
+            view = RunView(thread_id=thread_id, full=full)
+            view.phase = "executing"  # a resume does not plan
             await _seed_view(inst, view, thread_id)
             if approve:
                 view.approved |= {
@@ -291,10 +301,12 @@ def resume(
                     if s["suspension_id"] == suspension_id
                 }
 
-            response = await _live(
-                out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
-            )
-            return await _finish(out, inst, view, response, launch)
+            with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+                response = await _live(
+                    out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
+                )
+            code = await _finish(out, inst, view, response, launch)
+            return EXIT_INTERRUPTED if interrupted else code
 
     exit_with(guard(out, do_resume))
 
@@ -335,6 +347,7 @@ def fork(
     async def do_fork() -> int:
         async with launch.instance() as inst:
             view = RunView(thread_id=thread_id)
+            view.phase = "executing"  # a fork does not plan
 
             def start() -> Coroutine[Any, Any, AgentFinalResponse]:
                 return inst.afork(thread_id, run_id, step_id, args=step_args)
@@ -518,6 +531,7 @@ def mcp_command(
 
 app.command("serve")(http_serve_command)
 register_queue_commands(app)
+register_eval_command(app)
 
 
 def main() -> None:
@@ -527,12 +541,48 @@ def main() -> None:
 
 # -- running and resuming ---------------------------------------------------------------
 async def _run(
-    out: Output, query: str, thread_id: str, launch: Launch, options: dict[str, Any]
+    out: Output,
+    query: str,
+    thread_id: str,
+    launch: Launch,
+    options: dict[str, Any],
+    *,
+    full: bool = False,
 ) -> int:
     async with launch.instance() as inst:
-        view = RunView(thread_id=thread_id, query=query)
-        response = await _live(out, view, inst.stream(query, thread_id, options))
-        return await _finish(out, inst, view, response, launch)
+        view = RunView(thread_id=thread_id, query=query, full=full)
+        with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+            response = await _live(out, view, inst.stream(query, thread_id, options))
+        code = await _finish(out, inst, view, response, launch)
+        return EXIT_INTERRUPTED if interrupted else code
+
+
+@contextlib.contextmanager
+def _cancel_on_interrupt(out: Output, inst: ArtInstance, thread_id: str) -> Iterator[list[bool]]:
+    """Ctrl-C cancels the run (`art run`, `art resume`), which ends CANCELLED with what
+    finished stored (the list yielded becomes non-empty); a second Ctrl-C quits at once."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    interrupted: list[bool] = []
+
+    def cancel() -> None:
+        interrupted.append(True)
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C is KeyboardInterrupt
+        out.errors.print("[yellow]cancelling the run (Ctrl-C again to quit at once)[/]")
+        inst.cancel(thread_id, "interrupted (Ctrl-C)")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (a thread)
+        yield interrupted
+        return
+    try:
+        yield interrupted
+    finally:
+        if not interrupted:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _resume_events(
@@ -826,20 +876,6 @@ class _storage:
             await self.store.close()
 
 
-def _key_values(pairs: Iterable[str], option: str) -> dict[str, Any]:
-    """`KEY=VALUE` pairs as a dict; a value that is JSON is read as JSON, else text."""
-    found: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
-        try:
-            found[key.strip()] = json.loads(value)
-        except ValueError:
-            found[key.strip()] = value
-    return found
-
-
 # -- rendering --------------------------------------------------------------------------
 _STATUS_STYLE = {
     "pending": ("○", "dim"),
@@ -867,9 +903,10 @@ class StepView:
 class RunView:
     """A run's state built from its events, rendered as a rich tree (a live renderable)."""
 
-    def __init__(self, *, thread_id: str, query: str | None = None) -> None:
+    def __init__(self, *, thread_id: str, query: str | None = None, full: bool = False) -> None:
         self.thread_id = thread_id
         self.query = query
+        self.full = full  # arguments and descriptions whole, not cut to one line
         self.plan: dict[str, Any] | None = None
         self.steps: dict[str, StepView] = {}
         self.phase = "planning"
@@ -974,12 +1011,12 @@ class RunView:
 
         parts: list[RenderableType] = []
         if self.plan is None:
-            if not self.finished:
+            if not self.finished and self.phase == "planning":
                 if self._spinner is None:
                     self._spinner = Spinner("dots", text=Text("Planning…", style="bold"))
                 parts.append(self._spinner)
         else:
-            parts.append(plan_tree(self.plan, self.steps, live=not self.finished))
+            parts.append(plan_tree(self.plan, self.steps, live=not self.finished, full=self.full))
         if not self.finished and self.phase == "synthesizing":
             preview = "".join(self.answer_chunks).strip().splitlines()[-3:]
             text = Text("Writing the answer…", style="bold")
@@ -995,9 +1032,11 @@ def plan_tree(
     *,
     live: bool = False,
     show_status: bool = True,
+    full: bool = False,
 ) -> Tree:
     """The plan as a rich Tree: one node per step with its tool, arguments and dependencies
-    (references included), and, with `show_status`, its status and duration."""
+    (references included), and, with `show_status`, its status and duration. Arguments
+    and descriptions are cut to one short line unless `full`."""
     from rich.spinner import Spinner
     from rich.text import Text
     from rich.tree import Tree
@@ -1018,7 +1057,7 @@ def plan_tree(
         label.append(f"{step.id} ", style="bold")
         label.append(step.tool or "reasoning", style="cyan" if step.tool else "blue italic")
         if step.args:
-            label.append("  " + compact(step.args, 60))
+            label.append("  " + (compact(step.args, None) if full else compact(step.args, 60)))
         depends = sorted(step.all_dependencies)
         if depends:
             label.append("  ← " + ", ".join(depends), style="dim")
@@ -1036,7 +1075,8 @@ def plan_tree(
         else:
             node = root.add(label)
         if step.description:
-            node.add(Text(one_line(step.description, 100), style="dim"))
+            description = step.description if full else one_line(step.description, 100)
+            node.add(Text(description, style="dim"))
         if show_status and state.note and state.status == "in_progress":
             node.add(Text(one_line(state.note, 100), style="yellow"))
     return root
@@ -1226,6 +1266,15 @@ def _event_details(event: Any) -> Text:
 
 
 # -- small helpers ----------------------------------------------------------------------
+def _wire_with_dependencies(plan: Plan) -> dict[str, Any]:
+    """The plan's wire form with each step's `dependsOn` listing the steps its references
+    imply too, as the tree, Mermaid and snapshots show them (it reads back the same DAG)."""
+    wire = plan.to_wire()
+    for step, shown in zip(plan.steps, wire["steps"], strict=True):
+        shown["dependsOn"] = step.all_dependencies
+    return wire
+
+
 # A stored run's status in the words a response uses (`success`, `error`).
 _RUN_STATUS_WORDS = {"completed": "success", "failed": "error"}
 

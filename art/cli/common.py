@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_SUSPENDED",
     "EXIT_USAGE",
@@ -40,6 +41,7 @@ __all__ = [
     "ApiBaseOption",
     "ApiKeyEnvOption",
     "CliError",
+    "FullOption",
     "JsonOption",
     "McpConfigOption",
     "ModelOption",
@@ -59,6 +61,7 @@ __all__ = [
     "format_when",
     "guard",
     "instance_fields",
+    "key_values",
     "load_instance",
     "load_model",
     "load_tools",
@@ -71,6 +74,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_SUSPENDED = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 # -- shared options ---------------------------------------------------------------------
@@ -158,6 +162,14 @@ NewThreadOption = Annotated[
         metavar="THREAD",
         help="Thread id (default: a new one).",
         show_default=False,
+    ),
+]
+FullOption = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Show every step's arguments and description whole in the tree "
+        "(by default they are cut to fit one line).",
     ),
 ]
 ThreadArgument = Annotated[
@@ -332,13 +344,18 @@ def load_tools(specs: Iterable[str]) -> list[Any]:
 
 def load_model(spec: str) -> str:
     """The litellm model name `spec` stands for: `path/to/file.py:ATTR` or `module:ATTR`
-    (an importable module) names a model object defined there (a `ScriptedModel`, or
-    anything with a `model` name) or a string; any other value is a litellm model name
-    already."""
+    names a model object defined there (a `ScriptedModel`, or anything with a `model`
+    name) or a string; any other value is a litellm model name already."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not (target.endswith(".py") or _names_a_module(target, attr)):
         return spec
-    value = getattr(_import_target(target, spec, "--model"), attr, None)
+    module = _import_target(target, spec, "--model")
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise CliError(
+            "CONFIG_ERROR", f"--model {spec!r}: {target} has no attribute {attr!r}", EXIT_USAGE
+        ) from None
     name = value if isinstance(value, str) else getattr(value, "model", None)
     if not isinstance(name, str):
         raise CliError(
@@ -371,15 +388,11 @@ def load_instance(spec: str) -> ArtInstance:
 
 
 def _names_a_module(target: str, attr: str) -> bool:
-    """Whether `target:attr` is an importable module's attribute rather than a model
-    name holding a colon (`ollama/llama3:8b`)."""
-    if not attr.isidentifier() or not all(part.isidentifier() for part in target.split(".")):
-        return False
-    _working_directory_importable()
-    try:
-        return importlib.util.find_spec(target) is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether `target:attr` reads as a module's attribute (`pkg.module:NAME`) rather than
+    a litellm model name holding a colon (`ollama/llama3:8b`, `openai/ft:gpt-4o:org::id`).
+    No model litellm knows has the first shape, so a typo in a module name is reported
+    as one instead of reaching a provider."""
+    return attr.isidentifier() and all(part.isidentifier() for part in target.split("."))
 
 
 def _working_directory_importable() -> None:
@@ -454,7 +467,7 @@ def _guarded(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return asyncio.run(body())
     except KeyboardInterrupt:
         out.errors.print("[yellow]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
     except (typer.Exit, typer.Abort, SystemExit):
         raise
     except Exception as exc:
@@ -510,12 +523,26 @@ def status_text(status: str) -> Text:
     return Text(status, style=RUN_STATUS_STYLE.get(status, "default"))
 
 
-def compact(value: Any, limit: int) -> str:
+def compact(value: Any, limit: int | None) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
     except (TypeError, ValueError):
         text = repr(value)
-    return one_line(text, limit)
+    return text if limit is None else one_line(text, limit)
+
+
+def key_values(pairs: Iterable[str], option: str) -> dict[str, Any]:
+    """`KEY=VALUE` pairs as a dict; a value that is JSON is read as JSON, else text."""
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
+        try:
+            found[key.strip()] = json.loads(value)
+        except ValueError:
+            found[key.strip()] = value
+    return found
 
 
 def one_line(text: str, limit: int) -> str:

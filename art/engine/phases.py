@@ -29,6 +29,7 @@ from art.engine.run import HISTORY_LIMIT, Run, call_error, pending_suspensions
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
 from art.engine.synthesis import SynthesisInput, gather_sources, incomplete_answer, synthesize
 from art.errors import ModelError, PlanError, RunErrorCode, StorageError
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 from art.responses import (
     AgentFinalResponse,
@@ -95,9 +96,21 @@ async def drive(
                 "decision": resumed.decision,
             },
         )
+    run.attach(asyncio.current_task())
     try:
-        state.history = await run.deps.storage.get_history(run.thread_id, limit=HISTORY_LIMIT)
-        response = await run_phases(run)
+        try:
+            if state.cancel_reason is None:  # else cancelled as it started
+                state.history = await run.deps.storage.get_history(
+                    run.thread_id, limit=HISTORY_LIMIT
+                )
+                response = await run_phases(run)
+            else:
+                response = await _cancelled(run)
+        except asyncio.CancelledError:
+            if not run.cancel_was_ours():
+                raise
+            # `cancel` stopped the run where it waited; what finished is stored already.
+            response = await _cancelled(run)
     except asyncio.CancelledError:
         # Left as a crash leaves it (the same query continues it); keep the log.
         with contextlib.suppress(Exception):
@@ -107,8 +120,7 @@ async def drive(
         if (lost := _storage_error(exc)) is not None:
             # The storage stopped answering (past the retries of a step's record): the
             # run stays as a crash leaves it, and the same query continues it.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(run.log.finish())
+            await run.storage_lost(lost)
             raise lost from exc
         log.exception("run failed inside the engine", run_id=run.context.run_id)
         error = RunError(
@@ -124,6 +136,11 @@ async def drive(
     await run.log.finish()
     _log_summary(response)
     return response
+
+
+async def _cancelled(run: Run) -> AgentFinalResponse:
+    error = RunError(code=RunErrorCode.CANCELLED, message=run.state.cancel_reason or "")
+    return (await Fail(error).run(run)).response
 
 
 async def run_phases(run: Run) -> AgentFinalResponse:
@@ -176,9 +193,9 @@ class MakePlan:
                 invalid = RunError(
                     code=RunErrorCode.PLAN_INVALID, message=exc.message, problems=list(exc.problems)
                 )
-                return Fail(invalid)
+                return Fail(invalid, source="planning", phase="planning")
             except (ModelError, HookVeto) as exc:
-                return Fail(call_error(exc))
+                return Fail(call_error(exc), source=_source_of(exc), phase="planning")
             await run.plan_created(plan)
         elif record.status != "running":
             record.status = "running"
@@ -219,6 +236,9 @@ class ExecutePlan:
         run.execution = execution
         try:
             outcome = await execution.run()
+        except asyncio.CancelledError:
+            record.steps = execution.records()  # stopped between passes: keep what finished
+            raise
         finally:
             run.execution = None
         record.steps = outcome.records
@@ -229,7 +249,11 @@ class ExecutePlan:
             return Suspend(pending or outcome.suspensions)
         if outcome.status in ("failed", "cancelled"):
             failed = RunError(code=RunErrorCode.STEP_FAILED, message="a step failed")
-            return Fail(outcome.error or failed)
+            error = outcome.error or failed
+            # Not a step's failure: the streamed plan's (invalid, or its call failed).
+            by_steps = error.code in (RunErrorCode.STEP_FAILED, RunErrorCode.CANCELLED)
+            source = "run" if by_steps else "planning"
+            return Fail(error, source=source, phase="execute", reported=outcome.error_reported)
         return Synthesize(outcome)
 
 
@@ -254,7 +278,8 @@ class Synthesize:
         try:
             result = await synthesize(run.context, deps.llm, deps.synthesis_model, data)
         except (ModelError, HookVeto) as exc:
-            return Fail(call_error(exc))
+            return Fail(call_error(exc), source=_source_of(exc), phase="synthesis")
+        run.ending()
         cut_off = incomplete_answer(result.finish_reason)
         answer, limit = result.content, run.context.config.max_answer_chars
         if len(answer) > limit:
@@ -284,6 +309,7 @@ class Suspend:
     pending: Sequence[Suspension]
 
     async def run(self, run: Run) -> End:
+        run.ending()
         record, pending = run.state.record, self.pending
         record.status = "suspended"
         run.sync_counters()
@@ -313,27 +339,36 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """The run failed with `error` (its message redacted before it is stored)."""
+    """The run failed with `error` (its message redacted before it is stored); `source`
+    and `phase` say what failed where, for the `error` event, which is left out when the
+    failure was reported already (a step's, under `on_step_failure="fail"`)."""
 
     error: RunError
+    source: str = "run"
+    phase: str | None = None
+    reported: bool = False
 
     async def run(self, run: Run) -> End:
+        run.ending()
         error = self.error.model_copy(update={"message": run.deps.llm.redact(self.error.message)})
         record = run.state.record
         record.status = "failed"
         record.error = error
         run.sync_counters()
-        await run.deps.storage.update_run(record)
-        await run.emit(
-            "error",
-            {
-                "source": "run",
-                "code": error.code,
-                "message": error.message,
-                "problems": error.problems,
-                "recoverable": False,
-            },
-        )
+        try:
+            await run.deps.storage.update_run(record)
+        except Exception as exc:  # the response still tells the caller why the run failed
+            log.error("the failed run could not be stored", run_id=record.run_id, error=repr(exc))
+        if not self.reported:
+            data = error_data(
+                self.source,
+                error.code,
+                error.message,
+                recoverable=False,
+                phase=self.phase,
+                problems=error.problems,
+            )
+            await run.emit("error", data)
         content = f"The run failed ({error.code}): {error.message}"
         return End(build_response(run, "error", content, error=error))
 
@@ -367,6 +402,7 @@ def build_response(
         trace_id=context.trace_id,
         run_id=context.run_id,
         user_id=context.user_id,
+        session_id=context.session_id,
         status=status,
         total_duration_ms=run.state.duration_ms(),
         llm_calls=stats.llm_calls,
@@ -410,6 +446,10 @@ def session_end_data(response: AgentFinalResponse) -> dict[str, Any]:
         "suspension_ids": list(meta.suspension_ids),
         "response": response,
     }
+
+
+def _source_of(exc: ModelError | HookVeto) -> str:
+    return "llm" if isinstance(exc, ModelError) else "hook"
 
 
 def _blocking_config(run: Run, tool_name: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ where a `run:before` hook may veto it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,6 +35,7 @@ from art.errors import (
     StorageError,
     SuspensionError,
 )
+from art.observe.errors import error_data
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
 from art.responses import (
@@ -169,17 +171,60 @@ class Run:
         )
         self.loop = asyncio.get_running_loop()
         self.execution: PlanExecution | None = None  # the execute phase, while it runs
+        # The task that drives the run, for its whole life: `cancel` cancels it wherever it
+        # waits (a planner or synthesis call, a replan, storage) but inside a pass over the
+        # plan, where the steps stop themselves and record how they ended.
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled_task = False
+        self._ending = False  # the run's end is being stored: too late to cancel
 
     @property
     def thread_id(self) -> str:
         return self.context.thread_id
 
     def cancel(self, reason: str) -> None:
-        """Stop the run (on its own loop): no new steps, running tools cancelled."""
+        """Stop the run (on its own loop) in whatever phase it is: a pass over the plan
+        starts no new steps and cancels the running ones; anything else it waits for (a
+        planner, replanner or synthesis call, storage) is cancelled, its request closed.
+        The run then ends with code CANCELLED."""
+        if self._ending or self.state.cancel_reason is not None:
+            return
         self.state.cancel_reason = reason
         self.context.cancellation.cancel(reason)
-        if self.execution is not None:
-            self.execution.cancel(reason)
+        execution = self.execution
+        if execution is not None and execution.cancel(reason):
+            return  # the pass stops its steps and returns
+        self._cancel_task()
+
+    def attach(self, task: asyncio.Task[Any] | None) -> None:
+        """The task that drives the run: `cancel` cancels it where it waits."""
+        self._task = task
+
+    async def storage_lost(self, lost: StorageError) -> None:
+        """Report the storage failure that stops the run (the caller gets `lost` raised)."""
+        log.error("run stopped by its storage", run_id=self.context.run_id, error=lost.message)
+        data = error_data("storage", RunErrorCode.STORAGE_ERROR, lost.message, recoverable=False)
+        await self.emit("error", data)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.log.finish())
+
+    def ending(self) -> None:
+        """The run's end is being stored: a cancel from now on changes nothing."""
+        self._ending = True
+
+    def _cancel_task(self) -> None:
+        task = self._task
+        if task is not None and not task.done() and not self._cancelled_task:
+            self._cancelled_task = True
+            task.cancel()
+
+    def cancel_was_ours(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        task = self._task
+        if not self._cancelled_task or task is None:
+            return False
+        self._cancelled_task = False
+        return task.uncancel() == 0
 
     # -- what the phases share ----------------------------------------------------------
     async def emit(self, name: str, data: dict[str, Any]) -> None:
@@ -399,12 +444,7 @@ async def refused_response(
     if events.wants("error"):
         await events.emit(
             "error",
-            {
-                "source": source,
-                "code": error.code,
-                "message": error.message,
-                "recoverable": True,
-            },
+            error_data(source, error.code, error.message, recoverable=False, phase="setup"),
             thread_id=thread_id,
             span=span,
         )
