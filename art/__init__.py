@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from art.core.version import __version__ as __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -39,6 +39,11 @@ _EXPORTS: dict[str, str] = {
     "QueueConfig": "art.config",
     # queued runs
     "RunHandle": "art.queue.runs",
+    # evaluation over a dataset of questions
+    "evaluate": "art.evaluation.run",
+    "aevaluate": "art.evaluation.run",
+    "load_dataset": "art.evaluation.dataset",
+    "EvalReport": "art.evaluation.report",
     # tools
     "IToolExecutor": "art.tooling.contract",
     "ToolSchema": "art.tooling.contract",
@@ -140,6 +145,10 @@ if TYPE_CHECKING:
     from art.errors import ThreadBusyError as ThreadBusyError
     from art.errors import ToolErrorCode as ToolErrorCode
     from art.errors import ToolRegistrationError as ToolRegistrationError
+    from art.evaluation.dataset import load_dataset as load_dataset
+    from art.evaluation.report import EvalReport as EvalReport
+    from art.evaluation.run import aevaluate as aevaluate
+    from art.evaluation.run import evaluate as evaluate
     from art.instance import ArtInstance as ArtInstance
     from art.llm.chat import ChatResponse as ChatResponse
     from art.llm.chat import ChatStreamChunk as ChatStreamChunk

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from art.core.models import ArtModel
+from art.core.serialization import storable_problem
+from art.errors import ConfigurationError
 from art.llm.model import Model, model_name
 
 if TYPE_CHECKING:
@@ -301,3 +304,39 @@ class ArtInstanceConfig(ArtModel):
 
     def resolved_storage(self) -> StorageAdapter | str | None:
         return self.storage if self.storage is not None else os.environ.get(STORAGE_ENV)
+
+
+# Seed 004's run options that art takes elsewhere, and where.
+_MOVED_OPTIONS = {
+    "stream": "stream the run with inst.stream(query, thread_id, options) instead",
+    "temperature": 'pass it in "llm_params"',
+    "max_tokens": 'pass it in "llm_params"',
+    "maxTokens": 'pass it in "llm_params"',
+    "conversation_id": "the thread_id argument names the conversation",
+    "conversationId": "the thread_id argument names the conversation",
+}
+
+
+def process_options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
+    """A call's `options` as ProcessOptions; raises ConfigurationError for a bad one."""
+    if options is None:
+        return ProcessOptions()
+    if isinstance(options, ProcessOptions):
+        return _storable_options(options)
+    options = dict(options)
+    for name, fix in _MOVED_OPTIONS.items():
+        if name in options:
+            raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
+    try:
+        return _storable_options(ProcessOptions.model_validate(options))
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid process options: {exc}") from None
+
+
+def _storable_options(options: ProcessOptions) -> ProcessOptions:
+    """`options`, refused when the data stored with the run could not be read back."""
+    for name in ("system_context", "metadata"):
+        problem = storable_problem(getattr(options, name))
+        if problem is not None:
+            raise ConfigurationError(f"invalid process options: {name} {problem}")
+    return options

@@ -23,6 +23,23 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+__all__ = [
+    "RETRYABLE_MODEL_ERRORS",
+    "ArtError",
+    "ConfigurationError",
+    "ForkError",
+    "ModelError",
+    "ModelErrorCode",
+    "PlanError",
+    "ResponseError",
+    "RunErrorCode",
+    "StorageError",
+    "SuspensionError",
+    "ThreadBusyError",
+    "ToolErrorCode",
+    "ToolRegistrationError",
+]
+
 
 class ToolErrorCode(StrEnum):
     """Why a tool call failed (seed 000's ToolErrorCode, plus the engine's own)."""

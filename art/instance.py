@@ -17,7 +17,16 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
@@ -27,13 +36,17 @@ from art.config import (
     ArtInstanceConfig,
     ExecutionConfig,
     ProcessOptions,
+    process_options,
 )
 from art.core.log import get_logger
 from art.core.models import ArtModel
+from art.core.redaction import secrets_from_params, secrets_in_use
+from art.core.serialization import escape_unencodable
 from art.core.spans import SpanContext
 from art.core.sync import Portal
 from art.engine.context import RunContext
 from art.engine.fork import fork_record
+from art.engine.phases import drive
 from art.engine.run import (
     HISTORY_LIMIT,
     Run,
@@ -46,31 +59,30 @@ from art.engine.run import (
 )
 from art.engine.suspension import Decision, SuspendedState, parse_decision
 from art.errors import ConfigurationError, ForkError, RunErrorCode, ThreadBusyError
+from art.llm import chat as llm_chat
+from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
+from art.llm.client import LLMClient
 from art.llm.model import model_name
+from art.observe.callbacks import CallbackAdapter
 from art.observe.events import Event, EventBus, Hook, HookVeto, RunEvents
+from art.planning.planner import Planner
+from art.queue.runs import RunHandle, RunQueue
 from art.responses import AgentFinalResponse, ConversationMessage, RunError
 from art.storage.contract import RunRecord, StorageAdapter, Suspension, ThreadSummary
+from art.storage.opening import open_storage
+from art.tooling.registry import ToolRegistry
 from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
     from art.adapters.mcp.client import MCPClient
     from art.engine.setup import RunSetup
-    from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
-    from art.llm.client import LLMClient
-    from art.planning.planner import Planner
     from art.planning.plans import Plan
-    from art.queue.runs import RunHandle, RunQueue
-    from art.tooling.registry import ToolRegistry
 
 __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_message"]
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
-
-#: Plain `def` tool calls that run at once across all the runs of one instance.
-TOOL_THREADS = 256
-
 
 #: Plain `def` tool calls that run at once across all the runs of one instance.
 TOOL_THREADS = 256
@@ -105,6 +117,18 @@ def _local_available() -> bool:
     return available()
 
 
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """The run a process or resume call found under the lease, and what its
+    `session:start` says beyond `continued` and `tools`."""
+
+    record: RunRecord
+    setup: RunSetup
+    continued: bool
+    start: dict[str, Any] = field(default_factory=dict)
+    resumed: Suspension | None = None
+
+
 class ThreadState(ArtModel):
     """What `get_state` returns: a thread's runs, its active run, pending suspensions, history."""
 
@@ -123,24 +147,20 @@ class ArtInstance:
         self.model = _resolve_model(self.config)
         self.planning_model = model_name(self.config.planning_model) or self.model
         self.synthesis_model = model_name(self.config.synthesis_model) or self.model
-        from art.tooling.registry import ToolRegistry
 
         self.registry = ToolRegistry(self.config.tools)  # raises ToolRegistrationError
-        from art.storage.opening import open_storage
-
         self.storage: StorageAdapter = open_storage(self.config.resolved_storage())
         self._owns_storage = not isinstance(self.config.storage, StorageAdapter)
         self.events = EventBus()
         self._callbacks = None
         if self.config.callbacks is not None:
-            from art.observe.callbacks import CallbackAdapter
-
             self._callbacks = CallbackAdapter(self.config.callbacks)
             self._callbacks.attach(self.events)
         self._mcp: MCPClient | None = None
         self._owns_mcp = False
         self._mcp_lock = threading.Lock()  # runs on two loops may register tools at once
         if self.config.mcp_servers is not None:
+            # Only with MCP servers configured: the client needs the optional mcp extra.
             from art.adapters.mcp.client import MCPClient
 
             given = self.config.mcp_servers
@@ -154,6 +174,8 @@ class ArtInstance:
         self._portal_lock = threading.Lock()
         self._portal: Portal | None = None
         self._active: dict[str, Run] = {}  # the runs under way, for `cancel`
+        # Calls that have not built their run yet (taking the lease, run:before hooks).
+        self._starting: dict[str, list[_Starting]] = {}
         self._closed = False
         self._queue: RunQueue | None = None
         # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
@@ -267,11 +289,9 @@ class ArtInstance:
         """One LLM call outside any run (seed 002's `chat`): `messages` (a string is one
         user message) to `model` (the instance's by default), with the instance's
         llm_params, retries and time limits. Raises ModelError."""
-        from art.llm.chat import achat
-
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
-        return await achat(
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
+        return await llm_chat.achat(
             self._llm_client(llm_params),
             self.config.execution_config,
             model,
@@ -309,26 +329,28 @@ class ArtInstance:
     ) -> AsyncIterator[ChatStreamChunk]:
         """`achat`, streamed: the reply's chunks as they arrive (`content` or `thinking`),
         the last one `done` with the finish reason and usage. Raises ModelError."""
-        from art.llm.chat import chat_stream
-
         self._check_open()
-        model, sent = self._chat_call(messages, model, system_prompt)
-        chunks = chat_stream(
+        model, sent = self._chat_call(messages, model, system_prompt, llm_params)
+        chunks = llm_chat.chat_stream(
             self._llm_client(llm_params), self.config.execution_config, model, sent
         )
         async for chunk in chunks:
             yield chunk
 
     def _chat_call(
-        self, messages: ChatMessages, model: str | None, system_prompt: str | None
+        self,
+        messages: ChatMessages,
+        model: str | None,
+        system_prompt: str | None,
+        llm_params: Mapping[str, Any] | None,
     ) -> tuple[str, list[dict[str, Any]]]:
-        """The model and messages of a chat call, the model's provider registered."""
-        from art.llm.chat import chat_messages
-
+        """The model and messages of a chat call, the model's provider registered; a call
+        asking for function calling is refused."""
         model = model or self.model
+        llm_chat.refuse_function_calling({**self.config.llm_params, **(llm_params or {})})
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
             import art.adapters.local  # noqa: F401 - registers the provider with litellm
-        return model, chat_messages(messages, system_prompt)
+        return model, llm_chat.chat_messages(messages, system_prompt)
 
     async def aresume_execution(
         self,
@@ -342,44 +364,19 @@ class ArtInstance:
         self._check_open()
         thread_id = _thread_key(thread_id)
         parsed = parse_decision(decision)
-        opts = _options(options)
+        opts = process_options(options)
         config = self._config_for(opts)
         await self._prepare()
         started = time.perf_counter()
-        with self._secrets_in_use(opts):
-            try:
-                async with self.storage.lease(thread_id):
-                    try:
-                        record, decided, setup = await open_resumed_run(
-                            self.storage,
-                            self.registry,
-                            self.events,
-                            thread_id,
-                            suspension_id,
-                            parsed,
-                            opts,
-                        )
-                    except HookVeto as veto:
-                        return await refused_response(
-                            self.events, thread_id, call_error(veto), started
-                        )
-                    run = Run(
-                        self._run_deps(opts, setup),
-                        record,
-                        config,
-                        opts,
-                        bus=self.events,
-                        started=started,
-                    )
-                    start = {
-                        "continued": True,
-                        "tools": setup.registry.names(),
-                        "suspension_id": suspension_id,
-                        "decision": decided.decision,
-                    }
-                    return await self._drive(run, start, resumed=decided)
-            except ThreadBusyError as busy:
-                return await self._busy(thread_id, busy, started)
+
+        async def open_() -> _Opened:
+            record, decided, setup = await open_resumed_run(
+                self.storage, self.registry, self.events, thread_id, suspension_id, parsed, opts
+            )
+            start = {"suspension_id": suspension_id, "decision": decided.decision}
+            return _Opened(record, setup, continued=True, start=start, resumed=decided)
+
+        return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=())
 
     def resume_execution(
         self,
@@ -418,7 +415,7 @@ class ArtInstance:
             if await self.storage.get_active_run(thread_id) is not None:
                 raise ThreadBusyError(thread_id)
             await self.storage.create_run(record)
-        opts = _options(options).model_copy(update={"run_id": record.run_id})
+        opts = process_options(options).model_copy(update={"run_id": record.run_id})
         return await self.aprocess(source.query, thread_id, opts)
 
     def fork(
@@ -472,6 +469,27 @@ class ArtInstance:
     def get_state(self, thread_id: str) -> ThreadState:
         """Sync `aget_state`."""
         return self._sync(self.aget_state(thread_id))
+
+    async def aget_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """The thread's conversation history, oldest first: all of it, or a page of
+        `limit` messages that ends `before` messages from the newest (`before=0`: the
+        newest page). Runs plan and answer with the last 20 only; this reads the rest."""
+        self._check_open()
+        if (limit is not None and limit < 0) or before < 0:
+            raise ConfigurationError("get_history needs limit >= 0 and before >= 0")
+        thread_id = _storable(thread_id)
+        await self._prepare()
+        wanted = _ALL_MESSAGES if limit is None else before + limit
+        messages = await self.storage.get_history(thread_id, limit=wanted)
+        return messages[: len(messages) - before] if before else messages
+
+    def get_history(
+        self, thread_id: str, *, limit: int | None = None, before: int = 0
+    ) -> list[ConversationMessage]:
+        """Sync `aget_history`."""
+        return self._sync(self.aget_history(thread_id, limit=limit, before=before))
 
     async def aload_history(
         self, thread_id: str, messages: Sequence[ConversationMessage | Mapping[str, Any]]
@@ -535,13 +553,26 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        run = self._active.get(thread_id)  # an id no run may have finds none
-        if run is None or (run_id is not None and run.context.run_id != run_id):
-            return False
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        run = self._active.get(thread_id)
+        if run is None:
+            # Not started yet (taking the thread's lease, in run:before hooks): stop there.
+            calls = [
+                s
+                for s in list(self._starting.get(thread_id, ()))
+                if run_id is None or s.run_id == run_id
+            ]
+            for starting in calls:
+                if running is starting.loop:
+                    starting.cancel(reason)
+                else:
+                    starting.loop.call_soon_threadsafe(starting.cancel, reason)
+            return bool(calls)
+        if run_id is not None and run.context.run_id != run_id:
+            return False
         if running is run.loop:
             run.cancel(reason)
         else:
@@ -580,12 +611,16 @@ class ArtInstance:
     def queue(self) -> RunQueue:
         """The queue of this instance's storage: `submit`, `get(run_id)`, `stats()`."""
         if self._queue is None:
-            from art.queue.runs import RunQueue
-
             self._queue = RunQueue(self.storage, self.config.queue, instance=self, sync=self._sync)
         return self._queue
 
     # -- lifecycle ----------------------------------------------------------------------
+    async def aopen(self) -> None:
+        """Open the storage, register the in-process model and start the MCP servers now
+        rather than at the first call (each call does it when needed). Idempotent."""
+        self._check_open()
+        await self._prepare()
+
     async def aclose(self) -> None:
         """Stop the in-process queue worker, then close the storage this instance opened.
         Idempotent."""
@@ -692,7 +727,6 @@ class ArtInstance:
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""
-        from art.llm.client import LLMClient
 
         models = self.config.model_objects()
         if overrides:
@@ -704,14 +738,11 @@ class ArtInstance:
     def _secrets_in_use(self, opts: ProcessOptions) -> contextlib.AbstractContextManager[Any]:
         """Make the keys of this call's llm_params known to everything that writes for it
         (logs, storage), with the environment's (see art.core.redaction)."""
-        from art.core.redaction import secrets_from_params, secrets_in_use
-
         return secrets_in_use(
             secrets_from_params({**self.config.llm_params, **(opts.llm_params or {})})
         )
 
     def _planner(self, llm: LLMClient, tools: ToolRegistry | None = None) -> Planner:
-        from art.planning.planner import Planner
 
         return Planner(
             llm,
@@ -748,7 +779,7 @@ class ArtInstance:
         try:
             # In a task of its own, so what the run makes current in its context (its
             # tracing span) ends with it; cancelling this call cancels the task.
-            return await asyncio.create_task(run.drive(start_data, resumed=resumed))
+            return await asyncio.create_task(drive(run, start_data, resumed=resumed))
         finally:
             if self._active.get(run.thread_id) is run:
                 del self._active[run.thread_id]
@@ -764,34 +795,88 @@ class ArtInstance:
         self._check_open()
         started = time.perf_counter()
         query, thread_id = _storable(query), _thread_key(thread_id)
-        opts = _options(options)
+        opts = process_options(options)
         config = self._config_for(opts)
         await self._prepare()
-        with self._secrets_in_use(opts):
+
+        async def open_() -> _Opened:
+            record, continued, setup = await open_run(
+                self.storage, self.registry, self.events, query, thread_id, opts
+            )
+            return _Opened(record, setup, continued=continued)
+
+        return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=sinks)
+
+    async def _lease_and_drive(
+        self,
+        thread_id: str,
+        opts: ProcessOptions,
+        config: ExecutionConfig,
+        started: float,
+        open_: Callable[[], Awaitable[_Opened]],
+        *,
+        sinks: Sequence[Callable[[Event], None]],
+    ) -> AgentFinalResponse:
+        """The one path of `process` and `aresume_execution`: take the thread's lease, find
+        the run (`open_`, where a `run:before` hook may veto it) and drive it."""
+        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
             try:
                 async with self.storage.lease(thread_id):
                     try:
-                        record, continued, setup = await open_run(
-                            self.storage, self.registry, self.events, query, thread_id, opts
-                        )
+                        opened = await open_()
                     except HookVeto as veto:
                         error = call_error(veto)
                         return await refused_response(
                             self.events, thread_id, error, started, sinks=sinks
                         )
                     run = Run(
-                        self._run_deps(opts, setup),
-                        record,
+                        self._run_deps(opts, opened.setup),
+                        opened.record,
                         config,
                         opts,
                         bus=self.events,
                         sinks=sinks,
                         started=started,
                     )
-                    start = {"continued": continued, "tools": setup.registry.names()}
-                    return await self._drive(run, start)
+                    start = {
+                        "continued": opened.continued,
+                        "tools": opened.setup.registry.names(),
+                        **opened.start,
+                    }
+                    starting.hand_over(run)
+                    return await self._drive(run, start, resumed=opened.resumed)
             except ThreadBusyError as busy:
                 return await self._busy(thread_id, busy, started, sinks=sinks)
+            except asyncio.CancelledError:
+                if not starting.owns_cancel():
+                    raise
+                return await self._cancelled_at_start(thread_id, starting, started, sinks=sinks)
+
+    @contextlib.contextmanager
+    def _start(self, thread_id: str, run_id: str | None) -> Iterator[_Starting]:
+        """The call's place in `_starting` until it hands over to its run (or ends)."""
+        starting = _Starting(asyncio.current_task(), asyncio.get_running_loop(), run_id)
+        self._starting.setdefault(thread_id, []).append(starting)
+        try:
+            yield starting
+        finally:
+            calls = self._starting.get(thread_id, [])
+            if starting in calls:
+                calls.remove(starting)
+            if not calls:
+                self._starting.pop(thread_id, None)
+
+    async def _cancelled_at_start(
+        self,
+        thread_id: str,
+        starting: _Starting,
+        started: float,
+        *,
+        sinks: Sequence[Callable[[Event], None]] = (),
+    ) -> AgentFinalResponse:
+        """The response of a call cancelled before its run existed (nothing was stored)."""
+        error = RunError(code=RunErrorCode.CANCELLED, message=starting.reason or "cancelled")
+        return await refused_response(self.events, thread_id, error, started, sinks=sinks)
 
     async def _busy(
         self,
@@ -810,6 +895,39 @@ class ArtInstance:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+class _Starting:
+    """A `process` or resume call before its run exists: `cancel` cancels its task, which
+    then answers CANCELLED; once handed over, a cancel goes to the run."""
+
+    def __init__(
+        self, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
+    ) -> None:
+        self.task = task
+        self.loop = loop
+        self.run_id = run_id
+        self.reason: str | None = None
+        self._run: Run | None = None
+
+    def hand_over(self, run: Run) -> None:
+        self._run = run
+
+    def cancel(self, reason: str) -> None:
+        """On the call's loop."""
+        if self._run is not None:
+            self._run.cancel(reason)  # it started meanwhile
+        elif self.reason is None and self.task is not None and not self.task.done():
+            self.reason = reason
+            self.task.cancel()
+
+    def owns_cancel(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        return self.reason is not None and self.task is not None and self.task.uncancel() == 0
+
+
+#: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
+_ALL_MESSAGES = 2**62
 
 
 def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstanceConfig:
@@ -856,68 +974,6 @@ def _history_message(
         ) from None
 
 
-# Seed 004's run options that art takes elsewhere, and where.
-_MOVED_OPTIONS = {
-    "stream": "stream the run with inst.stream(query, thread_id, options) instead",
-    "temperature": 'pass it in "llm_params"',
-    "max_tokens": 'pass it in "llm_params"',
-    "maxTokens": 'pass it in "llm_params"',
-    "conversation_id": "the thread_id argument names the conversation",
-    "conversationId": "the thread_id argument names the conversation",
-}
-
-
-def _options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
-    if options is None:
-        return ProcessOptions()
-    if isinstance(options, ProcessOptions):
-        return _storable_options(options)
-    options = dict(options)
-    for name, fix in _MOVED_OPTIONS.items():
-        if name in options:
-            raise ConfigurationError(f"invalid process options: no option {name!r}: {fix}")
-    try:
-        return _storable_options(ProcessOptions.model_validate(options))
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid process options: {exc}") from None
-
-
-def _storable_options(options: ProcessOptions) -> ProcessOptions:
-    """`options`, refused when the data stored with the run could not be read back."""
-    from art.core.serialization import storable_problem
-
-    for name in ("system_context", "metadata"):
-        problem = storable_problem(getattr(options, name))
-        if problem is not None:
-            raise ConfigurationError(f"invalid process options: {name} {problem}")
-    return options
-
-
-def _failed(task: asyncio.Task[Any]) -> bool:
-    return not task.cancelled() and task.exception() is not None
-
-
-def _unwrap(exc: BaseException) -> str:
-    """The message of an engine fault, looking inside a one-exception group."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return str(exc) or type(exc).__name__
-
-
-def _end_data(response: AgentFinalResponse) -> dict[str, Any]:
-    meta = response.metadata
-    return {
-        "status": meta.status,
-        "answer": response.content if meta.status in ("success", "partial") else "",
-        "llm_calls": meta.llm_calls,
-        "tool_calls": meta.tool_calls,
-        "duration_ms": meta.total_duration_ms,
-        "error": meta.error.model_dump(mode="json") if meta.error else None,
-        "suspension_ids": list(meta.suspension_ids),
-        "response": response,
-    }
-
-
 def _thread_key(thread_id: str) -> str:
     """`thread_id`, refused when it holds NUL or a lone surrogate: storage could keep it
     only escaped, and the escape would name another thread (the literal `\\x00`)."""
@@ -933,16 +989,12 @@ def _thread_key(thread_id: str) -> str:
 
 
 def _has_lone_surrogate(text: str) -> bool:
-    from art.core.serialization import escape_unencodable
-
     return escape_unencodable(text) is not text
 
 
 def _storable(text: str) -> str:
     """A query as every storage keeps it: lone surrogates escaped (`\\udcff`,
     see art.core.serialization.escape_unencodable) and NUL as `\\x00` (PostgreSQL text)."""
-    from art.core.serialization import escape_unencodable
-
     if not isinstance(text, str):
         raise ConfigurationError(f"expected text, got {type(text).__name__}: {text!r}"[:200])
     text = escape_unencodable(text)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -14,6 +15,9 @@ from art.core.usage import TokenUsage
 from art.errors import ResponseError
 from art.planning.plans import Plan
 from art.tooling.contract import ToolResult
+
+if TYPE_CHECKING:
+    from art.tooling.registry import ToolRegistry
 
 RunStatusName = Literal["success", "error", "partial", "suspended"]
 StepStatus = Literal[
@@ -58,6 +62,7 @@ class ExecutionMetadata(ArtModel):
     trace_id: str
     run_id: str | None = None
     user_id: str | None = None
+    session_id: str | None = None  # the caller's `session_id` option, kept with the run
     status: RunStatusName
     total_duration_ms: float = 0.0
     llm_calls: int = 0
@@ -129,3 +134,21 @@ class AgentFinalResponse(ArtModel):
             message = err.message if err else "the run failed"
             raise ResponseError(f"{code}: {message}", code=code, details=err)
         return self
+
+
+def display_outputs(steps: Iterable[StepRecord], registry: ToolRegistry) -> list[DisplayOutput]:
+    """The completed display steps among `steps`, in order, each with its tool's
+    `display_config` (`AgentFinalResponse.display`)."""
+    found = []
+    for record in steps:
+        tool = registry.get(record.tool) if record.tool else None
+        if record.status == "completed" and tool is not None and tool.schema.mode == "display":
+            found.append(
+                DisplayOutput(
+                    step_id=record.step_id,
+                    tool_name=record.tool or "",
+                    output=record.output,
+                    config=tool.schema.display_config,
+                )
+            )
+    return found

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 import art
 import art.cli.app
+import art.cli.common
 from art.cli.app import EXIT_ERROR, EXIT_OK, EXIT_SUSPENDED, EXIT_USAGE, app, load_model, load_tools
 
 PRODUCTS_PLAN = {
@@ -256,8 +257,9 @@ def test_live_tree_shows_parallel_steps_running_together(invoke, scripted_model,
     }
     model = scripted_model(planning=plan, synthesis="Both met.")
     terminal = Console(file=io.StringIO(), force_terminal=True, width=140, record=True)
-    monkeypatch.setattr(art.cli.app, "make_console", lambda stderr=False: terminal)
-    monkeypatch.setattr(art.cli.app, "_builtin_tools", lambda: [_WaitForEachOther()])
+    # The terminal and the tools are the command line's, replaced where it makes them.
+    monkeypatch.setattr(art.cli.common, "make_console", lambda stderr=False: terminal)
+    monkeypatch.setattr(art.cli.common, "builtin_tools", lambda: [_WaitForEachOther()])
 
     frames: list[str] = []
     original = art.cli.app.RunView.handle
@@ -397,6 +399,7 @@ def test_suspension_json_lists_resume_commands_and_exits_3(invoke, scripted_mode
 
 
 def test_interactive_terminal_asks_and_resumes(invoke, scripted_model, monkeypatch):
+    # Private on purpose: the test runner is no terminal; the command must think it is one.
     monkeypatch.setattr(art.cli.app, "_interactive", lambda: True)
     model = scripted_model(planning=APPROVAL_PLAN, synthesis="Approved and doubled: 782.")
     result = invoke(
@@ -603,7 +606,7 @@ def test_load_model_takes_a_file_or_a_module_attribute_else_a_model_name(tmp_pat
     finally:
         sys.modules.pop("cli_model", None)
         module.MODEL.unregister()
-    for name in ("ollama/llama3:8b", "openai/ft:gpt-4o:acme::a1b2", "no_such_module:MODEL"):
+    for name in ("ollama/llama3:8b", "openai/ft:gpt-4o:acme::a1b2"):
         assert load_model(name) == name  # litellm names holding a colon stay names
 
 
@@ -721,3 +724,82 @@ def test_a_numeric_option_out_of_range_is_a_usage_error_before_anything_runs(
     assert f"Invalid value for '{option}'" in result.output
     assert "Traceback" not in result.output
     assert not os.path.exists(db.removeprefix("sqlite:///"))  # nothing was stored or queued
+
+
+# -- first-hour snags --------------------------------------------------------------------
+def test_a_failing_resume_writes_nothing_to_stdout(invoke, scripted_model, db):
+    model = scripted_model(synthesis="x")
+    result = invoke("resume", "t9", "nope", "--approve", "--storage", db, "--model", model.model)
+    assert result.exit_code == EXIT_ERROR
+    assert "SUSPENSION_NOT_FOUND" in result.stderr
+    assert result.stdout == ""  # a resume does not plan: no "Planning…" spinner frame
+
+
+def test_a_model_spec_naming_a_missing_module_is_refused_like_tools(tmp_path, monkeypatch):
+    (tmp_path / "scripted.py").write_text(
+        "from art.testing import ScriptedModel\nMODEL = ScriptedModel(synthesis='hi')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "scripted", raising=False)
+    try:
+        with pytest.raises(art.cli.app.CliError) as typo:
+            load_model("scriptd:MODEL")
+        assert typo.value.exit_code == EXIT_USAGE
+        assert "--model 'scriptd:MODEL': cannot import scriptd" in typo.value.message
+        with pytest.raises(art.cli.app.CliError) as missing:
+            load_model("scripted:NOPE")
+        assert "--model 'scripted:NOPE': scripted has no attribute 'NOPE'" in missing.value.message
+    finally:
+        module = sys.modules.pop("scripted", None)
+        if module is not None:
+            module.MODEL.unregister()
+
+
+def test_plan_json_lists_the_dependencies_references_imply(invoke, scripted_model):
+    model = scripted_model(planning=PRODUCTS_PLAN)
+    as_json = invoke("plan", "q", "--model", model.model, "--storage", "memory://", "--json")
+    steps = _json(as_json)["steps"]
+    assert [s["dependsOn"] for s in steps] == [[], [], ["s1", "s2"]]
+    assert art.Plan.model_validate(_json(as_json)).steps[2].depends_on == ["s1", "s2"]
+
+
+LONG_PLAN = {
+    "title": "Long",
+    "steps": [
+        {
+            "id": "s1",
+            "tool": "calculator",
+            "args": {"expression": " + ".join(str(n) for n in range(1, 60))},
+        }
+    ],
+}
+
+
+def test_full_shows_the_arguments_whole_in_the_tree(invoke, scripted_model):
+    whole = " + ".join(str(n) for n in range(1, 60))
+    model = scripted_model(planning=LONG_PLAN, synthesis="1770")
+    cut = invoke("plan", "q", "--model", model.model, "--storage", "memory://")
+    assert cut.exit_code == EXIT_OK and whole not in cut.stdout and "…" in cut.stdout
+    for command in (["plan", "q"], ["run", "q"]):
+        shown = invoke(*command, "--model", model.model, "--storage", "memory://", "--full")
+        assert shown.exit_code == EXIT_OK, shown.output
+        assert whole in " ".join(shown.stdout.split())  # wrapped to the terminal, not cut
+
+
+def test_every_json_path_docs_cli_lists_is_in_a_runs_document(invoke, scripted_model):
+    docs = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    paths = re.findall(r"^\| `(\.[a-zA-Z.\[\]]+)` \|", docs, re.MULTILINE)
+    assert ".response.content" in paths
+    model = scripted_model(planning=PRODUCTS_PLAN, synthesis="The sum is 942.")
+    result = invoke("run", "sum?", "--model", model.model, "--storage", "memory://", "--json")
+    document = _json(result)
+    assert document["response"]["content"] == "The sum is 942."
+    for path in paths:
+        value = document
+        for key in path.strip(".").replace("[]", "").split("."):
+            value = value[0] if isinstance(value, list) else value
+            if value is None:  # metadata.error of a run that succeeded
+                break
+            assert key in value, f"{path}: no {key!r} in {sorted(value)}"
+            value = value[key]

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import structlog
 
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 NO_RUN = re.compile(r"^#\s*docs:\s*no-run\b[:\s-]*(?P<reason>.*)$")
@@ -147,6 +149,27 @@ def test_page_code_blocks_run(path: Path, page_sandbox):
         ran += 1
     if blocks and ran == 0:
         pytest.fail(f"{page}: every python block is marked no-run")
+
+
+TEST_MODULE_BLOCKS = [
+    pytest.param(path, block, id=f"{path.relative_to(ROOT).as_posix()}#block{block.number}")
+    for path in PAGES
+    for block in python_blocks(path.read_text(encoding="utf-8"))
+    if re.search(r"^def test_", block.code, re.MULTILINE) and block.no_run_reason is None
+]
+
+
+@pytest.mark.slow  # a pytest run per block
+@pytest.mark.parametrize(("path", "block"), TEST_MODULE_BLOCKS)
+def test_a_test_module_block_passes_pasted_into_a_file_of_its_own(
+    path, block, pytester, monkeypatch
+):
+    pytester.makepyfile(test_pasted=block.code)
+    plugins = ("-p", "no:cacheprovider", "-p", "syrupy", "-p", "art.testing.plugin")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = pytester.runpytest_inprocess(*plugins, "--snapshot-update")
+    tests = len(re.findall(r"^def test_", block.code, re.MULTILINE))
+    result.assert_outcomes(passed=tests)
 
 
 def test_no_run_markers_are_rare():

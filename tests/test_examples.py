@@ -130,6 +130,14 @@ def test_chat(tmp_path):
 
 
 @pytest.mark.slow
+def test_evaluate_agent_compares_two_models_and_names_the_dropped_scores(tmp_path):
+    out = _ok(run_example("evaluate_agent.py", cwd=tmp_path))
+    assert "passed: good planner 3/3, weather only 1/3" in out
+    assert "total (3)" in out and "◆" in out
+    assert "score dropped against the baseline: right tools: 33 % < baseline 100 %" in out
+
+
+@pytest.mark.slow
 def test_custom_tool(tmp_path):
     out = _ok(run_example("custom_tool.py", cwd=tmp_path))
     assert "get_weather: {'city':" in out

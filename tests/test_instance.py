@@ -716,6 +716,7 @@ def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypat
     import art.instance
 
     monkeypatch.delenv("ART_MODEL", raising=False)
+    # Private on purpose: whether the local extra is installed is the machine's, not the test's.
     monkeypatch.setattr(art.instance, "_local_available", lambda: False)
     with pytest.raises(ConfigurationError) as caught:
         art.create_art_instance(storage="memory://")
@@ -733,6 +734,7 @@ def test_the_model_comes_from_art_model_else_the_local_demo_model(monkeypatch):
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "openai/gpt-4o-mini"
     monkeypatch.delenv("ART_MODEL")
+    # Private on purpose: as above, the local extra is taken as installed.
     monkeypatch.setattr(art.instance, "_local_available", lambda: True)
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "local/smollm2"
@@ -847,6 +849,7 @@ async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instanc
     assert first.status == second.status == "success"
     assert len(threads_of_first) == 8 and threading.main_thread() not in threads_of_first
     assert set(seen) == threads_of_first  # started once, used again by the next run
+    # Private on purpose: no public API shows the instance's tool threads outliving a run.
     pool = inst._tool_pool
     assert pool is not None
     await inst.aclose()
@@ -861,6 +864,7 @@ async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scr
 
     plan = {"steps": [{"id": "s1", "tool": "late", "args": {"n": 1}}]}
     inst = make([], model=scripted_model(planning=plan, synthesis="ok"))
+    # Private on purpose: whether the instance made its threads has no public view.
     assert inst._tool_threads() is None  # no `def` tool yet: no threads
     inst.registry.register(late)
 

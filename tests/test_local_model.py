@@ -2,6 +2,8 @@
 
 These tests run the packaged demo model (SmolLM2-135M-Instruct). Without llama-cpp-python
 they skip locally and FAIL in CI (the `CI` env var is set), so CI cannot pass without them.
+A few read the adapter's private helpers (its grammar, chat arguments, loaded models and
+environment parsing): what they decide has no public view short of running the model.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import litellm
@@ -381,3 +384,59 @@ async def test_eager_run_streams_the_local_model_plan_with_the_same_outcome(demo
             (response.plan.model_dump(), [(s.step_id, s.status, s.output) for s in response.steps])
         )
     assert outcomes[0] == outcomes[1]
+
+
+def _shop_registry():
+    from art.cli.app import load_tools
+    from art.tooling.registry import ToolRegistry
+
+    root = Path(__file__).resolve().parent.parent
+    return ToolRegistry(load_tools([f"{root / 'examples' / 'eval' / 'shop_tools.py'}:TOOLS"]))
+
+
+def test_the_positional_plan_schema_becomes_a_grammar_of_any_prefix_of_steps(demo_model):
+    from art.planning.planner import plan_response_format
+
+    response_format = plan_response_format(_shop_registry(), max_steps=3)
+    schema = json.dumps(local._grammar_schema(response_format["json_schema"]["schema"]))
+    rules = local._schema_to_gbnf(schema)
+    [steps] = [line for line in rules.splitlines() if line.startswith("steps ::=")]
+    assert steps == (
+        'steps ::= "[" space (steps-tuple-0 ("," space steps-tuple-1 ("," space '
+        'steps-tuple-2)?)?)? "]" space'
+    )
+    # The second step may reference the first only, and types its numbers.
+    assert '("s1") [.] "output}}"' in rules and "s2) [.]" not in rules
+    assert "steps-tuple-1-2-args-quantity ::= integer |" in rules
+    assert local._grammar(response_format) is not None  # llama.cpp accepts it
+
+
+@pytest.mark.slow  # runs the model on every question of the demo question set
+def test_the_demo_model_plans_every_demo_question_validly_at_the_first_attempt(demo_model):
+    import art
+    from art.cli.app import load_tools
+
+    root = Path(__file__).resolve().parent.parent
+    dataset = art.load_dataset(root / "examples" / "eval" / "questions.yaml")
+    tools = load_tools(dataset.tool_specs())
+    with art.create_art_instance(
+        model=demo_model,
+        tools=tools,
+        storage="memory://",
+        llm_params={"temperature": 0, "seed": 0},
+        execution_config={"max_plan_attempts": 1},
+    ) as inst:
+        report = art.evaluate(dataset, inst, plan_only=True)
+    invalid = [(r.case, r.error) for r in report.cases if not r.valid_first]
+    assert invalid == []
+    assert report.totals.cases >= 20
+
+
+def test_a_reply_under_a_grammar_may_be_twice_as_long_as_free_text(demo_model, monkeypatch):
+    messages = [{"role": "user", "content": "hi"}]
+    json_object = {"response_format": {"type": "json_object"}}
+    assert local._chat_arguments(messages, {})["max_tokens"] == local.DEFAULT_MAX_TOKENS
+    assert local._chat_arguments(messages, json_object)["max_tokens"] == 2 * 512
+    monkeypatch.setenv(local.MAX_TOKENS_ENV, "300")
+    assert local._chat_arguments(messages, json_object)["max_tokens"] == 600
+    assert local._chat_arguments(messages, {**json_object, "max_tokens": 50})["max_tokens"] == 50

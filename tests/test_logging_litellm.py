@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from art.llm.client import _litellm
+from art.llm.provider import load_litellm
 from art.logging import LITELLM_LOGGERS, configure_logging
 
 
 @pytest.fixture
 def litellm_handlers(restore_logging):
     """litellm's own handlers, put back after the test."""
-    _litellm()
+    load_litellm()
     loggers = [logging.getLogger(name) for name in LITELLM_LOGGERS]
     saved = [list(logger.handlers) for logger in loggers]
     yield
@@ -62,8 +62,8 @@ def test_litellm_imported_after_configure_logging_is_adopted_on_import():
     out = io.StringIO()
     configure_logging(json=True, stream=out)
     _put_back_litellms_handler()  # litellm imported now, after the configuration
-    _litellm.cache_clear()
-    _litellm()  # art's import of litellm adopts its loggers
+    load_litellm.cache_clear()
+    load_litellm()  # art's import of litellm adopts its loggers
     logging.getLogger("LiteLLM").warning("late line")
     assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["late line"]
 
@@ -87,9 +87,9 @@ def test_without_arts_configuration_litellms_handler_stays():
 def test_the_lines_litellm_logs_while_art_imports_it_are_arts_too():
     script = (
         "from art.logging import configure_logging\n"
-        "from art.llm.client import _litellm\n"
+        "from art.llm.provider import load_litellm\n"
         "configure_logging(json=True, level='DEBUG')\n"
-        "_litellm()\n"
+        "load_litellm()\n"
     )
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     done = subprocess.run(

@@ -721,7 +721,7 @@ def test_described_examples_become_demonstration_turns_with_the_likest_last():
         "steps": [
             {
                 "id": "s1",
-                "description": "Use square",
+                "description": "What is 12 squared?",  # the question: not copied as is
                 "tool": "square",
                 "args": {"x": 12},
                 "dependsOn": [],
@@ -785,6 +785,128 @@ def test_the_built_in_tools_demonstrate_valid_plans(tmp_path):
     for turn in turns[1::2]:
         plan, problems = parse_plan(turn["content"], registry)
         assert plan is not None and problems == []
+
+
+def test_a_request_of_two_questions_is_demonstrated_with_a_step_each(tmp_path):
+    from art.tools import Calculator
+
+    registry = ToolRegistry([Calculator()])
+    one = render_demonstrations(registry, "What is 17 * 23 + 12?")
+    assert all(len(json.loads(t["content"])["steps"]) == 1 for t in one[1::2])
+    two = render_demonstrations(
+        registry, "What is 17 * 23 + 12, and what is the square root of 1764?"
+    )
+    request, plan = two[-2]["content"], json.loads(two[-1]["content"])
+    assert request.endswith(
+        "\nSteps:\ns1: What is the average of 2, 4 and 9?\ns2: What is 12 times 7, plus 5?"
+    )
+    assert [step["id"] for step in plan["steps"]] == ["s1", "s2"]
+    # Each step is described by its own question, which leads to its arguments.
+    assert [step["description"] for step in plan["steps"]] == [
+        "What is the average of 2, 4 and 9?",
+        "What is 12 times 7, plus 5?",
+    ]
+    assert parse_plan(two[-1]["content"], registry)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("request_text", "asked"),
+    [
+        ("What is 17 * 23 + 12, and what is the square root of 1764?",
+         ["What is 17 * 23 + 12?", "What is the square root of 1764?"]),
+        ("Weather in Oslo? How warm is Rome?", ["Weather in Oslo?", "How warm is Rome?"]),
+        ("What are the prices of ACME and GLOBEX?", ["What are the prices of ACME and GLOBEX?"]),
+        ("Convert 250 dollars to euros.", ["Convert 250 dollars to euros."]),
+    ],
+)  # fmt: skip
+def test_a_request_is_listed_as_its_questions(request_text, asked):
+    from art.planning.planner import questions
+
+    assert questions(request_text) == asked
+    messages = render_planning_messages(request_text, ToolRegistry(), [], None, now=NOW)
+    listed = "".join(f"\ns{n}: {q}" for n, q in enumerate(asked, 1))
+    expected = f"Request: {request_text}" + (f"\nSteps:{listed}" if len(asked) > 1 else "")
+    assert messages[-1]["content"] == expected
+
+
+def test_the_plan_schema_types_each_argument_or_takes_a_reference(registry):
+    typed = Tool(
+        "order_total",
+        "Total of an order.",
+        obj(
+            {
+                "quantity": {"type": "integer", "minimum": 1},
+                "tax_percent": {"type": "number"},
+                "currency": {"enum": ["EUR", "USD"]},
+                "lines": {"type": "array", "items": {"type": "number"}},
+            },
+            ["quantity"],
+        ),
+    )
+    validator = jsonschema.Draft202012Validator(plan_json_schema(ToolRegistry([typed])))
+    accepted = [
+        {"quantity": 3, "tax_percent": 8.5, "currency": "EUR", "lines": [1, 2.5]},
+        {"quantity": "{{s1.output}}", "lines": ["{{s2.output.0}}", 4]},
+    ]
+    refused = [
+        {"quantity": 3, "tax_percent": {"type": "number", "description": "Tax"}},  # a schema
+        {"quantity": "3"},  # a number written as text
+        {"quantity": 0},  # below the minimum
+        {"quantity": 3, "currency": "GBP"},  # not one of the enum
+        {"quantity": 3, "lines": ["x"]},
+        {"tax_percent": 8},  # the required argument missing
+    ]
+    assert [validator.is_valid(_plan(_step("order_total", a))) for a in accepted] == [True] * 2
+    assert [validator.is_valid(_plan(_step("order_total", a))) for a in refused] == [False] * 6
+
+
+def test_every_plan_the_positional_schema_allows_is_valid(registry):
+    validator = jsonschema.Draft202012Validator(plan_json_schema(registry, max_steps=3))
+
+    def step(number, tool, args, depends=()):
+        return {"id": f"s{number}", "description": "d", "tool": tool, "args": args,
+                "dependsOn": list(depends)}  # fmt: skip
+
+    first = step(1, "get_weather", {"city": "Oslo", "unit": "C"})
+    accepted = [
+        _plan(),
+        _plan(first),
+        _plan(first, step(2, "calculator", {"expression": "{{s1.output}} * 9 / 5 + 32"}, ["s1"])),
+        _plan(first, step(2, "get_weather", {"city": "Rome"}), step(3, None, {}, ["s1", "s2"])),
+    ]
+    refused = [
+        _plan(step(2, "get_weather", {"city": "Oslo"})),  # ids go s1, s2, ... in order
+        _plan(step(1, "calculator", {"expression": "{{s1.output}} + 1"})),  # itself
+        _plan(first, step(2, "calculator", {"expression": "{{s3.output}}"})),  # a later step
+        _plan(first, step(2, "calculator", {"expression": "{{s1.output.temp}}"})),  # a path
+        _plan(first, step(2, "calculator", {"expression": "1"}, ["s2"])),  # depends on itself
+        _plan(first, step(2, "calculator", {"expression": "{ 1 }"})),  # braces: no reference
+        _plan(step(1, "calculator", {"expression": 5})),
+        _plan(step(1, None, {"x": 1})),
+        _plan(first, first, first, step(4, "calculator", {"expression": "1"})),  # over max_steps
+        _plan(step(1, "calculator", {"expression": "1" + "0" * 100})),  # a string over 100
+    ]
+    assert [validator.is_valid(plan) for plan in accepted] == [True] * len(accepted)
+    assert [validator.is_valid(plan) for plan in refused] == [False] * len(refused)
+    for plan in accepted:
+        assert parse_plan(json.dumps(plan), registry)[1] == []
+
+
+def test_a_positional_schema_with_questions_gives_each_question_its_step(registry):
+    asked = ["What is 17 * 23 + 12?", "What is the square root of 1764?"]
+    schema = plan_json_schema(registry, max_steps=3, descriptions=asked)
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def step(number, description, expression):
+        return {"id": f"s{number}", "description": description, "tool": "calculator",
+                "args": {"expression": expression}, "dependsOn": []}  # fmt: skip
+
+    both = [step(1, asked[0], "17 * 23 + 12"), step(2, asked[1], "sqrt(1764)")]
+    assert validator.is_valid(_plan(*both))
+    assert validator.is_valid(_plan(*both, step(3, "Add them", "{{s1.output}} + 1")))
+    assert not validator.is_valid(_plan(both[0]))  # the second question left out
+    assert not validator.is_valid(_plan(both[0], step(2, asked[0], "17 * 23 + 12")))
+    assert not validator.is_valid(_plan(step(1, asked[1], "sqrt(1764)"), both[1]))
 
 
 @pytest.mark.parametrize("note", ["a < b", "<b>bold</b>", "`code`", 'tab\tquote"', "café"])

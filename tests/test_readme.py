@@ -29,6 +29,27 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert test_suite in ci_lines
 
 
+def test_the_quickstart_page_installs_with_the_readmes_command():
+    install = _readme_commands()[0].split(" && ")[0]
+    page = (ROOT / "docs" / "quickstart.md").read_text()
+    first_block = page.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    assert install in first_block.splitlines()
+
+
+def test_the_readme_names_the_programs_the_suite_uses_and_what_happens_without_them():
+    head = (ROOT / "README.md").read_text().split("\n## ", 1)[0]
+    ci = (ROOT / ".ci" / "run").read_text()
+    for program, installed_by in (
+        ("PostgreSQL", "postgres.sh"),
+        ("npm", "mcp-servers.sh"),
+        ("Chromium", "chromium"),
+        ("valgrind", "valgrind"),
+    ):
+        assert program in head, program
+        assert installed_by in ci, installed_by
+    assert "skipped" in head and "CI=true" in head and "bash .ci/run" in head
+
+
 def test_quickstart_exists():
     assert (ROOT / "examples" / "quickstart.py").is_file()
 

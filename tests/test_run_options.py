@@ -206,7 +206,7 @@ async def test_a_continued_run_keeps_its_system_context_and_metadata(make, scrip
         system_context={"locale": "fr"},
         metadata={"tenant": "acme"},
     )
-    await inst._prepare()
+    await inst.aopen()
     await inst.storage.create_run(crashed)
     add = Add()
     resp = await inst.aprocess("add", "t", {"tools": [add]})

@@ -327,6 +327,45 @@ def test_plan_snapshots_are_written_compared_and_diffed(pytester, monkeypatch):
     changed.stdout.fnmatch_lines(["*- ## s1 · calculator*", "*+ ## s1 · http_get*"])
 
 
+def test_a_snapshot_diff_shows_every_change_under_its_step_at_default_verbosity(
+    pytester, monkeypatch
+):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    for ci in ("CI", "BUILD_NUMBER"):  # pytest shows whole diffs on CI only
+        monkeypatch.delenv(ci, raising=False)
+    plugins = ("-p", "no:cacheprovider", "-p", "syrupy", "-p", "art.testing.plugin")
+    pytester.makepyfile(
+        test_plan="""
+        import os
+        from art.planning.plans import Plan
+
+        def test_plan(plan_snapshot):
+            changed = bool(os.environ.get("PLAN_CHANGED"))
+            order = {"order_id": "A-1", **({"tax_percent": 8} if changed else {})}
+            plan = Plan.model_validate({"title": "Order", "steps": [
+                {"id": "s1", "tool": "http_get" if changed else "calculator",
+                 "args": {"expression": "1 + 1"}, "description": "first"},
+                {"id": "s2", "tool": "order_total", "args": order, "description": "total"},
+                {"id": "s3", "tool": "calculator", "args": {"expression": "{{s2.output}} * 2"}},
+            ]})
+            assert plan == plan_snapshot
+        """
+    )
+    pytester.runpytest_inprocess(*plugins, "--snapshot-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("PLAN_CHANGED", "1")
+    changed = pytester.runpytest_inprocess(*plugins)
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(
+        [
+            "E *- ## s1 · calculator",
+            "E *+ ## s1 · http_get",
+            "E *  ## s2 · order_total",
+            'E *+   "tax_percent": 8',
+        ]
+    )
+    assert "truncated" not in changed.stdout.str()
+
+
 async def test_a_json_reply_is_rendered_once_when_the_model_is_made():
     plan = {"title": "t", "steps": [{"id": "s1", "tool": "calc", "args": {"x": "1"}}]}
     rendered = json.dumps(plan)
@@ -338,10 +377,10 @@ async def test_a_json_reply_is_rendered_once_when_the_model_is_made():
 # -- the fake provider's lifecycle ----------------------------------------------------------
 
 
-def _posted(provider: FakeProvider) -> http.client.HTTPConnection:
+def _posted(provider: FakeProvider, *, stream: bool = False) -> http.client.HTTPConnection:
     """A connection to `provider` that has sent it one chat completions request."""
     connection = http.client.HTTPConnection("127.0.0.1", urlsplit(provider.url).port, timeout=60)
-    body = json.dumps({"model": "fake", "messages": USER})
+    body = json.dumps({"model": "fake", "messages": USER, "stream": stream})
     connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
     return connection
 
@@ -389,3 +428,27 @@ def test_a_closed_provider_refuses_connections_and_can_be_started_again():
         assert _content(connection) == "first"
         connection.close()
     assert len(provider.requests) == 1
+
+
+@pytest.mark.parametrize("reply", [Hang(3600), Answer("a slow answer", chunk_delay_s=3600)])
+def test_the_provider_notes_a_client_that_hangs_up_before_the_reply_ends(reply):
+    with FakeProvider(Answer("whole"), reply) as provider:
+        connection = _posted(provider)
+        assert _content(connection) == "whole"
+        connection.close()
+        stream = isinstance(reply, Answer)
+        connection = _posted(provider, stream=stream)
+        deadline = time.monotonic() + 10
+        while len(provider.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        response = connection.getresponse() if stream else None  # a stream's headers came
+        closed_at = time.monotonic()
+        if response is not None:
+            response.close()
+        connection.close()
+        while provider.requests[1].dropped_at is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+    finished, hung_up = provider.requests
+    assert finished.dropped_at is None
+    assert 0 <= hung_up.dropped_at - closed_at < 0.5
+    assert provider.dropped == [hung_up]

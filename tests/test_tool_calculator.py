@@ -286,3 +286,18 @@ def test_random_expressions_never_escape_or_hang(expression):
 @given(st.text(alphabet="0123456789+-*/^%().,e pi!<>~&|[]_abcdxyz'\"", max_size=60))
 def test_random_text_never_escapes_or_hangs(expression):
     _check(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        ("1 2", "invalid expression '1 2': invalid syntax at character 3"),
+        ("1 +", "invalid expression '1 +': invalid syntax"),
+        ("(1", "invalid expression '(1': '(' was never closed"),
+    ],
+)
+async def test_a_syntax_error_says_what_and_where_once(expression, error):
+    result = await calculate(expression)
+    assert result.status == "error"
+    assert error in result.error, result.error
+    assert result.error.count("invalid syntax") <= 1

@@ -7,14 +7,12 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = ("art",)
 IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[a-z, -]+\])?(?P<rest>.*)$")
 
 
-@pytest.mark.slow
+# In the plain run too: mypy's cache (tests/typecheck.py) makes a second run take seconds.
 def test_mypy_strict_finds_nothing():
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "typecheck.py")],

@@ -13,8 +13,9 @@ a llama.cpp grammar, so constrained output always parses.
 
 Environment knobs: ``ART_LOCAL_THREADS`` (CPU threads, default 2), ``ART_LOCAL_N_CTX``
 (context window in tokens, default 4096), ``ART_LOCAL_MAX_TOKENS`` (completion cap when the
-caller sets none, default 512: a small unconstrained model can otherwise loop until the
-context is full), ``ART_LOCAL_CACHE_MB`` (RAM for saved prompt states, default 256, 0 off).
+caller sets none, default 512, twice that under a grammar: a small unconstrained model can
+otherwise loop until the context is full), ``ART_LOCAL_CACHE_MB`` (RAM for saved prompt
+states, default 256, 0 off).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from typing import Any
 
 import structlog
 
-from art.llm.client import _litellm
+from art.llm.provider import load_litellm
 
-litellm = _litellm()  # with art's settings: offline price map, no debug banners
+litellm = load_litellm()  # with art's settings: offline price map, no debug banners
 
 from litellm.exceptions import (  # noqa: E402
     BadRequestError,
@@ -234,9 +235,10 @@ class _Generation:
 @functools.cache
 def _llama_class() -> type:
     """llama_cpp.Llama with a token loop that counts tokens and stops when cancelled."""
-    import llama_cpp
+    # The local extra: under `.[dev]` alone llama_cpp is not installed, and typed Any.
+    import llama_cpp  # type: ignore[import-not-found, unused-ignore]
 
-    class CountingLlama(llama_cpp.Llama):
+    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc, unused-ignore]  # see above
         generation: _Generation | None = None
 
         def generate(
@@ -261,7 +263,8 @@ class _LoadedModel:
     """One llama.cpp model and the lock that serializes generation on it."""
 
     def __init__(self, path: Path) -> None:
-        from llama_cpp.llama_cache import LlamaRAMCache
+        # the local extra (absent under `.[dev]` alone)
+        from llama_cpp.llama_cache import LlamaRAMCache  # type: ignore[import-not-found, unused-ignore]
 
         self.path = path
         self.lock = threading.Lock()
@@ -322,13 +325,55 @@ _LOOSE_STRING_CHAR = r'char ::= [^"\\] '
 _JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
 
 
+@functools.cache
+def _converter_class() -> type:
+    """llama.cpp's JSON-schema converter, reading `prefixItems` as JSON Schema means it.
+
+    Its own converter writes every item of `prefixItems`; with `items: false` and fewer
+    `minItems`, any prefix of them is valid (the planner's positional plan schema:
+    steps s1, s2, ... each referencing earlier steps only).
+    """
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    class Converter(SchemaConverter):
+        def visit(self, schema: Any, name: str) -> Any:
+            items = schema.get("prefixItems") if isinstance(schema, dict) else None
+            if not (isinstance(items, list) and items and schema.get("items") is False):
+                return super().visit(schema, name)  # type: ignore[no-untyped-call]  # llama_cpp is untyped
+            prefix = f"{name}{'-' if name else ''}tuple"
+            rules = [self.visit(item, f"{prefix}-{i}") for i, item in enumerate(items)]
+            required = min(schema.get("minItems", 0), len(rules))
+            tail = ""
+            for index in reversed(range(len(rules))):
+                piece = ('"," space ' if index else "") + rules[index] + tail
+                tail = f" {piece}" if index < required else f" ({piece})?"
+            rule = '"[" space' + tail + ' "]" space'
+            return self._add_rule(name or "root", rule)  # type: ignore[no-untyped-call]  # llama_cpp is untyped
+
+    return Converter
+
+
+def _schema_to_gbnf(schema_json: str) -> str:
+    schema = json.loads(schema_json)
+    converter = _converter_class()(
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+    converter.visit(converter.resolve_refs(schema, "stdin"), "")
+    rules: str = converter.format_grammar()
+    return rules
+
+
 @functools.lru_cache(maxsize=64)
 def _grammar_for(schema_json: str | None) -> Any:
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+    # the local extra (absent under `.[dev]` alone)
+    from llama_cpp.llama_grammar import (  # type: ignore[import-not-found, unused-ignore]
+        JSON_GBNF,
+        LlamaGrammar,
+    )
 
     if schema_json is not None:
         try:
-            rules = json_schema_to_gbnf(schema_json)
+            rules = _schema_to_gbnf(schema_json)
         except Exception as exc:  # llama.cpp's converter rejects some schema features
             log.warning(
                 "schema not convertible to a grammar; constraining to any JSON", error=str(exc)
@@ -411,8 +456,11 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
         if optional_params.get(name) is not None
     }
     max_tokens = optional_params.get("max_tokens") or optional_params.get("max_completion_tokens")
-    arguments["max_tokens"] = max_tokens or _env_int(MAX_TOKENS_ENV, DEFAULT_MAX_TOKENS)
     grammar = _grammar(optional_params.get("response_format"))
+    # Under a grammar the reply is JSON the caller needs whole: a plan of six steps can
+    # outgrow the free-text cap, and a reply cut there does not parse. Twice the cap.
+    cap = _env_int(MAX_TOKENS_ENV, DEFAULT_MAX_TOKENS) * (2 if grammar is not None else 1)
+    arguments["max_tokens"] = max_tokens or cap
     if grammar is not None:
         arguments["grammar"] = grammar
     elif not any(name in arguments for name in _PENALTIES):

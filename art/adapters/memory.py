@@ -30,6 +30,14 @@ from art.core.redaction import Secrets, current_secrets
 from art.core.serialization import own_copy
 from art.errors import RunErrorCode, SuspensionError, ThreadBusyError
 from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.codec import (
+    as_utc,
+    dump_json,
+    load_json,
+    merge_metadata,
+    metadata_matches,
+    thread_cursor,
+)
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     EventSnapshot,
@@ -41,14 +49,6 @@ from art.storage.contract import (
     ThreadPage,
     ThreadQuery,
     ThreadSummary,
-)
-from art.storage.opening import (
-    as_utc,
-    dump_json,
-    load_json,
-    merge_metadata,
-    metadata_matches,
-    thread_cursor,
 )
 
 __all__ = ["MemoryStorage"]

@@ -27,6 +27,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 from pydantic import TypeAdapter
 
+from art.core.redaction import redact
 from art.errors import (
     ConfigurationError,
     RunErrorCode,
@@ -35,6 +36,13 @@ from art.errors import (
     ThreadBusyError,
 )
 from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.codec import (
+    dump_json,
+    load_json,
+    load_json_as,
+    merge_metadata,
+    thread_cursor,
+)
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     RunRecord,
@@ -44,13 +52,6 @@ from art.storage.contract import (
     ThreadPage,
     ThreadQuery,
     ThreadSummary,
-)
-from art.storage.opening import (
-    dump_json,
-    load_json,
-    load_json_as,
-    merge_metadata,
-    thread_cursor,
 )
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage"]
@@ -265,7 +266,7 @@ class PostgresStorage(StorageAdapter):
         self._held: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"PostgresStorage({_redact(self.url)!r})"
+        return f"PostgresStorage({redact_url(self.url)!r})"
 
     # -- plumbing -----------------------------------------------------------------
     async def open(self) -> None:
@@ -312,9 +313,7 @@ class PostgresStorage(StorageAdapter):
 
     def _error(self, exc: BaseException) -> StorageError:
         """`exc` as a StorageError naming the server (never the password) and what to check."""
-        from art.core.redaction import redact
-
-        where = _redact(self.url)
+        where = redact_url(self.url)
         reason = " ".join(str(exc).split()) or type(exc).__name__
         reason = redact(reason, [_password(self.url)])
         return StorageError(
@@ -622,7 +621,7 @@ class PostgresStorage(StorageAdapter):
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         where: list[str] = ["true"]
-        args: list[Any] = []
+        args: list[Any] = []  # the query's parameters: text, JSON, the cursor
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < %s")
@@ -736,14 +735,14 @@ def _connect_timeout(url: str, given: int | None) -> int:
 
         found = conninfo_to_dict(url).get("connect_timeout")
     except psycopg.Error as exc:
-        raise ConfigurationError(f"bad PostgreSQL URL {_redact(url)!r}: {exc}") from None
+        raise ConfigurationError(f"bad PostgreSQL URL {redact_url(url)!r}: {exc}") from None
     if found is None:
         return DEFAULT_CONNECT_TIMEOUT_S
     try:
         seconds = int(float(str(found)))
     except ValueError:
         raise ConfigurationError(
-            f"bad PostgreSQL URL {_redact(url)!r}: connect_timeout must be whole seconds"
+            f"bad PostgreSQL URL {redact_url(url)!r}: connect_timeout must be whole seconds"
         ) from None
     return max(seconds, 2) if seconds > 0 else DEFAULT_CONNECT_TIMEOUT_S
 
@@ -757,7 +756,7 @@ def _password(url: str) -> str:
         return ""
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL (or key=value conninfo) without its password, for repr and logs."""
     from urllib.parse import urlsplit, urlunsplit
 

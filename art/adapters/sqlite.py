@@ -40,6 +40,13 @@ from art.errors import (
     ThreadBusyError,
 )
 from art.responses import ConversationMessage, StepRecord, utcnow
+from art.storage.codec import (
+    dump_json,
+    load_json,
+    merge_metadata,
+    thread_cursor,
+    timestamp_key,
+)
 from art.storage.contract import (
     ACTIVE_RUN_STATES,
     RunRecord,
@@ -49,13 +56,6 @@ from art.storage.contract import (
     ThreadPage,
     ThreadQuery,
     ThreadSummary,
-)
-from art.storage.opening import (
-    dump_json,
-    load_json,
-    merge_metadata,
-    thread_cursor,
-    timestamp_key,
 )
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"]
@@ -907,7 +907,7 @@ class SQLiteStorage(StorageAdapter):
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         where: list[str] = ["1 = 1"]
-        args: list[Any] = []
+        args: list[Any] = []  # the query's parameters: text, numbers, the cursor
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < ?")

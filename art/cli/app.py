@@ -9,22 +9,59 @@ included), 1 error, 2 usage or configuration mistake, 3 suspended waiting for a 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import json
 import logging
-import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from art.cli.checks import positive_seconds
+from art.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SUSPENDED,
+    EXIT_USAGE,
+    PIPED_WIDTH,
+    RUN_STATUS_STYLE,
+    ApiBaseOption,
+    ApiKeyEnvOption,
+    CliError,
+    FullOption,
+    JsonOption,
+    McpConfigOption,
+    ModelOption,
+    NewThreadOption,
+    Output,
+    StorageOption,
+    ThreadArgument,
+    TimeoutOption,
+    ToolsOption,
+    build_instance,
+    compact,
+    escape,
+    exit_with,
+    format_duration,
+    format_seconds,
+    format_when,
+    guard,
+    key_values,
+    load_instance,
+    load_model,
+    load_tools,
+    make_console,
+    one_line,
+    status_text,
+)
+from art.cli.eval import register_eval_command
+from art.cli.mcp import list_tools, serve_command
+from art.cli.queue import register_queue_commands
+from art.cli.serve import serve_command as http_serve_command
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -33,13 +70,26 @@ if TYPE_CHECKING:
 
     from art.instance import ArtInstance
     from art.observe.events import Event
+    from art.planning.plans import Plan
     from art.responses import AgentFinalResponse, StepRecord
     from art.storage.contract import StorageAdapter
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_SUSPENDED = 3
+# The names other modules and scripts import from the command's entry module.
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_SUSPENDED",
+    "EXIT_USAGE",
+    "CliError",
+    "Launch",
+    "app",
+    "display_panel",
+    "load_instance",
+    "load_model",
+    "load_tools",
+    "main",
+    "make_console",
+]
 
 app = typer.Typer(
     name="art",
@@ -52,206 +102,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-# -- shared options ---------------------------------------------------------------------
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        metavar="MODEL",
-        help="litellm model name (default: $ART_MODEL), e.g. openai/gpt-4o-mini or "
-        "local/smollm2; path/to/file.py:ATTR names a ScriptedModel defined in that file.",
-        show_default=False,
-    ),
-]
-StorageOption = Annotated[
-    str | None,
-    typer.Option(
-        "--storage",
-        "-s",
-        metavar="URL",
-        help="memory://, sqlite:///path.db or postgresql://... (default: $ART_STORAGE, "
-        "else SQLite under the user data directory).",
-        show_default=False,
-    ),
-]
-ToolsOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--tools",
-        "-t",
-        metavar="MODULE:ATTR",
-        help="module:attr (or path/to/file.py:attr) naming a tool, a list of tools, or a "
-        "factory returning them. Repeatable. Replaces the built-in tools.",
-        show_default=False,
-    ),
-]
-McpConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--mcp-config",
-        metavar="PATH",
-        help="An mcpServers JSON file (Claude Desktop's format): its servers' tools join "
-        "the others. See docs/mcp.md.",
-        show_default=False,
-    ),
-]
-ApiBaseOption = Annotated[
-    str | None,
-    typer.Option(
-        "--api-base",
-        metavar="URL",
-        help="The provider's base URL, e.g. http://127.0.0.1:8000/v1 for a vLLM server "
-        "(default: $ART_API_BASE).",
-        show_default=False,
-    ),
-]
-ApiKeyEnvOption = Annotated[
-    str | None,
-    typer.Option(
-        "--api-key-env",
-        metavar="NAME",
-        help="The environment variable holding the provider's API key "
-        "(default: $ART_API_KEY_ENV, else the provider's usual one).",
-        show_default=False,
-    ),
-]
-TimeoutOption = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        metavar="SECONDS",
-        help="Seconds one LLM call attempt may take (default: $ART_TIMEOUT, else 90).",
-        show_default=False,
-        callback=positive_seconds,
-    ),
-]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON document on stdout (for scripts).")
-]
-NewThreadOption = Annotated[
-    str | None,
-    typer.Option(
-        "--thread",
-        "-T",
-        metavar="THREAD",
-        help="Thread id (default: a new one).",
-        show_default=False,
-    ),
-]
-ThreadArgument = Annotated[
-    str, typer.Argument(help="The thread id.", show_default=False, metavar="THREAD")
-]
-
-
-class CliError(Exception):
-    """A failure the CLI reports in one line (no traceback) with a code and an exit code."""
-
-    def __init__(self, code: str, message: str, exit_code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.exit_code = exit_code
-
-
-@dataclass
-class Output:
-    """Where a command writes: a rich console on stdout, one on stderr, and the JSON flag."""
-
-    json: bool
-    console: Console = field(default_factory=lambda: make_console())
-    errors: Console = field(default_factory=lambda: make_console(stderr=True))
-    # Under --json, the command's stdout while everything else printed goes to stderr.
-    json_stream: TextIO | None = None
-
-    def emit_json(self, document: Any) -> None:
-        from art.core.redaction import known_secrets
-
-        document = known_secrets().mask(document)
-        # Plain stdout: rich would wrap long lines and could add colour codes.
-        stream = self.json_stream or sys.stdout
-        stream.write(json.dumps(document, indent=2, default=str) + "\n")
-        stream.flush()
-
-
-@contextlib.contextmanager
-def _json_only_on_stdout(out: Output) -> Iterator[None]:
-    """Under --json, send whatever else is written to stdout (a tool's print(), a C
-    library's write(1, ...), litellm) to stderr, and keep stdout for the JSON document."""
-    real = sys.stdout
-    real.flush()
-    try:
-        fd: int | None = real.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = None  # not a file (a test runner's buffer): redirect Python's writes only
-    saved: int | None = None
-    if fd is not None:
-        saved = os.dup(fd)
-        os.dup2(2, fd)
-        out.json_stream = os.fdopen(saved, "w", encoding="utf-8", closefd=False)
-    else:
-        out.json_stream = real
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stdout = real
-        out.json_stream.flush()
-        out.json_stream = None
-        if fd is not None and saved is not None:
-            os.dup2(saved, fd)
-            os.close(saved)
-
-
-def make_console(*, stderr: bool = False) -> Console:
-    """The console commands render to (tests replace it with a recording console); the
-    keys art knows (the environment's) are masked in whatever it writes."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    terminal = _is_terminal(stream)
-    if terminal or os.environ.get("COLUMNS"):
-        # COLUMNS sets the width of piped output too; only a terminal gets rich's padding.
-        masked = _Masked(stream, strip_trailing=not terminal)
-        return Console(file=cast(TextIO, masked), highlight=False, soft_wrap=False)
-    # Piped or redirected: no terminal width to fit, so lines are not wrapped at 80.
-    return Console(
-        file=cast(TextIO, _Masked(stream, strip_trailing=True)),
-        highlight=False,
-        soft_wrap=True,
-        width=_PIPED,
-    )
-
-
-# The width rich lays out piped output in: long enough that no line is wrapped.
-_PIPED = 1000
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
-
-
-class _Masked:
-    """A text stream that masks the keys art knows in what is written through it."""
-
-    def __init__(self, stream: TextIO, *, strip_trailing: bool = False) -> None:
-        self._stream = stream
-        self._strip = strip_trailing  # rich pads lines to the width; a pipe needs no padding
-
-    def write(self, text: str) -> int:
-        from art.core.redaction import known_secrets
-
-        if self._strip:
-            text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
-        return self._stream.write(known_secrets().text(text))
-
-    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno...
-        return getattr(self._stream, name)
 
 
 @app.callback()
@@ -330,6 +180,7 @@ def run(
             show_default=False,
         ),
     ] = None,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
@@ -341,11 +192,11 @@ def run(
     if only:
         options["tools"] = only
     if context:
-        options["system_context"] = _key_values(context, "--context")
+        options["system_context"] = key_values(context, "--context")
     if metadata:
-        options["metadata"] = _key_values(metadata, "--metadata")
+        options["metadata"] = key_values(metadata, "--metadata")
     launch = Launch(model, storage, tools, mcp_config, api_base, api_key_env, timeout)
-    _exit(_guard(out, lambda: _run(out, query, thread_id, launch, options)))
+    exit_with(guard(out, lambda: _run(out, query, thread_id, launch, options, full=full)))
 
 
 @app.command()
@@ -367,6 +218,7 @@ def plan(
     api_key_env: ApiKeyEnvOption = None,
     timeout: TimeoutOption = None,
     mermaid: Annotated[bool, typer.Option("--mermaid", help="Print a Mermaid graph.")] = False,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Print the plan for QUERY without running anything."""
@@ -380,14 +232,14 @@ def plan(
         async with launch.instance() as inst:
             result = await inst.aplan(query, thread)
         if json_output:
-            out.emit_json(result.to_wire())
+            out.emit_json(_wire_with_dependencies(result))
         elif mermaid:
             sys.stdout.write(result.to_mermaid().rstrip("\n") + "\n")
         else:
-            out.console.print(plan_tree(result.to_wire(), {}, show_status=False))
+            out.console.print(plan_tree(result.to_wire(), {}, show_status=False, full=full))
         return EXIT_OK
 
-    _exit(_guard(out, make_plan))
+    exit_with(guard(out, make_plan))
 
 
 @app.command()
@@ -420,6 +272,7 @@ def resume(
     api_base: ApiBaseOption = None,
     api_key_env: ApiKeyEnvOption = None,
     timeout: TimeoutOption = None,
+    full: FullOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Decide a suspended step (human in the loop) and finish the run."""
@@ -438,7 +291,8 @@ def resume(
 
     async def do_resume() -> int:
         async with launch.instance() as inst:
-            view = RunView(thread_id=thread_id)
+            view = RunView(thread_id=thread_id, full=full)
+            view.phase = "executing"  # a resume does not plan
             await _seed_view(inst, view, thread_id)
             if approve:
                 view.approved |= {
@@ -447,12 +301,14 @@ def resume(
                     if s["suspension_id"] == suspension_id
                 }
 
-            response = await _live(
-                out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
-            )
-            return await _finish(out, inst, view, response, launch)
+            with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+                response = await _live(
+                    out, view, _resume_events(inst, thread_id, suspension_id, decision, view)
+                )
+            code = await _finish(out, inst, view, response, launch)
+            return EXIT_INTERRUPTED if interrupted else code
 
-    _exit(_guard(out, do_resume))
+    exit_with(guard(out, do_resume))
 
 
 @app.command()
@@ -491,6 +347,7 @@ def fork(
     async def do_fork() -> int:
         async with launch.instance() as inst:
             view = RunView(thread_id=thread_id)
+            view.phase = "executing"  # a fork does not plan
 
             def start() -> Coroutine[Any, Any, AgentFinalResponse]:
                 return inst.afork(thread_id, run_id, step_id, args=step_args)
@@ -498,7 +355,7 @@ def fork(
             response = await _live(out, view, _subscribed_events(inst, start, view))
             return await _finish(out, inst, view, response, launch)
 
-    _exit(_guard(out, do_fork))
+    exit_with(guard(out, do_fork))
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:
@@ -542,14 +399,14 @@ def threads(
             table.add_row(
                 s.thread_id,
                 str(s.runs),
-                _status_text(_run_status(s.last_status) or "-"),
-                _when(s.updated_at),
-                _one_line(s.last_query or "", 60),
+                status_text(_run_status(s.last_status) or "-"),
+                format_when(s.updated_at),
+                one_line(s.last_query or "", 60),
             )
         out.console.print(table)
         return EXIT_OK
 
-    _exit(_guard(out, list_them))
+    exit_with(guard(out, list_them))
 
 
 @app.command()
@@ -579,7 +436,7 @@ def show(
         out.console.print(timeline(thread_id, runs, events))
         return EXIT_OK
 
-    _exit(_guard(out, show_it))
+    exit_with(guard(out, show_it))
 
 
 @app.command("tools")
@@ -590,10 +447,8 @@ def tools_command(
 ) -> None:
     """List the tools an agent gets (built-in or --tools, and --mcp-config's servers' tools,
     which are started to list them). Exits 1 when an MCP server does not start."""
-    from art.adapters.mcp.commands import list_tools
-
     out = Output(json=json_output)
-    _exit(_guard(out, lambda: list_tools(out, tools, mcp_config)))
+    exit_with(guard(out, lambda: list_tools(out, tools, mcp_config)))
 
 
 @app.command("mcp")
@@ -652,11 +507,9 @@ def mcp_command(
 ) -> None:
     """Serve this agent as an MCP server: its query, plan and suspension tools, over stdio
     (for Claude Desktop and IDEs) or Streamable HTTP. See docs/mcp.md."""
-    from art.adapters.mcp.commands import serve_command
-
     out = Output(json=False)
-    _exit(
-        _guard(
+    exit_with(
+        guard(
             out,
             lambda: serve_command(
                 instance=instance,
@@ -676,10 +529,9 @@ def mcp_command(
     )
 
 
-# `art serve`: its options and logic live with the server (art/server/command.py).
-from art.server import command as _serve  # noqa: E402
-
-app.command("serve")(_serve.serve_command)
+app.command("serve")(http_serve_command)
+register_queue_commands(app)
+register_eval_command(app)
 
 
 def main() -> None:
@@ -689,12 +541,48 @@ def main() -> None:
 
 # -- running and resuming ---------------------------------------------------------------
 async def _run(
-    out: Output, query: str, thread_id: str, launch: Launch, options: dict[str, Any]
+    out: Output,
+    query: str,
+    thread_id: str,
+    launch: Launch,
+    options: dict[str, Any],
+    *,
+    full: bool = False,
 ) -> int:
     async with launch.instance() as inst:
-        view = RunView(thread_id=thread_id, query=query)
-        response = await _live(out, view, inst.stream(query, thread_id, options))
-        return await _finish(out, inst, view, response, launch)
+        view = RunView(thread_id=thread_id, query=query, full=full)
+        with _cancel_on_interrupt(out, inst, thread_id) as interrupted:
+            response = await _live(out, view, inst.stream(query, thread_id, options))
+        code = await _finish(out, inst, view, response, launch)
+        return EXIT_INTERRUPTED if interrupted else code
+
+
+@contextlib.contextmanager
+def _cancel_on_interrupt(out: Output, inst: ArtInstance, thread_id: str) -> Iterator[list[bool]]:
+    """Ctrl-C cancels the run (`art run`, `art resume`), which ends CANCELLED with what
+    finished stored (the list yielded becomes non-empty); a second Ctrl-C quits at once."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    interrupted: list[bool] = []
+
+    def cancel() -> None:
+        interrupted.append(True)
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C is KeyboardInterrupt
+        out.errors.print("[yellow]cancelling the run (Ctrl-C again to quit at once)[/]")
+        inst.cancel(thread_id, "interrupted (Ctrl-C)")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (a thread)
+        yield interrupted
+        return
+    try:
+        yield interrupted
+    finally:
+        if not interrupted:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _resume_events(
@@ -799,10 +687,10 @@ async def _finish(
         for s in pending:
             console.print(
                 f"[magenta]⏸ waiting for approval[/] step [bold]{s['step_id']}[/] "
-                f"([cyan]{s['tool']}[/]): {_one_line(_prompt_text(s), 200)}"
+                f"([cyan]{s['tool']}[/]): {one_line(_prompt_text(s), 200)}"
             )
             command = launch.resume_command(view.thread_id, s["suspension_id"])
-            console.print("  resume with: [bold]" + _escape(command) + "[/]", soft_wrap=True)
+            console.print("  resume with: [bold]" + escape(command) + "[/]", soft_wrap=True)
         from art.adapters.memory import MemoryStorage
 
         if isinstance(inst.storage, MemoryStorage):  # $ART_STORAGE may have chosen it
@@ -816,10 +704,10 @@ async def _finish(
     if response.status == "error" and response.metadata.error is not None:
         # The response's content only restates the error: print the error once.
         err = response.metadata.error
-        out.errors.print(f"[red bold]error[/] [red]{err.code}[/]: {_escape(err.message)}")
+        out.errors.print(f"[red bold]error[/] [red]{err.code}[/]: {escape(err.message)}")
         for problem in err.problems:
             if problem not in err.message:
-                out.errors.print(f"  • {_escape(problem)}")
+                out.errors.print(f"  • {escape(problem)}")
     elif response.content:
         from rich.markdown import Markdown
 
@@ -829,13 +717,13 @@ async def _finish(
     for item in response.display:
         console.print(display_panel(item.tool_name, item.step_id, item.output))
     for line in binary_lines(response.steps):
-        console.print(f"[dim]📎 {_escape(line)}[/]")
+        console.print(f"[dim]📎 {escape(line)}[/]")
     for warning in response.metadata.warnings:
-        console.print(f"[yellow]note:[/] {_escape(warning)}")
+        console.print(f"[yellow]note:[/] {escape(warning)}")
     for step in _failed_approved(response, view):
         out.errors.print(
             f"[red bold]error[/] approved step [bold]{step.step_id}[/] failed: "
-            f"{_escape(step.reason or 'no reason given')}"
+            f"{escape(step.reason or 'no reason given')}"
         )
     console.print(summary_line(response, view.thread_id))
     return _exit_code(response, view)
@@ -843,7 +731,7 @@ async def _finish(
 
 def _answer_width(console: Console, content: str) -> int:
     """The terminal's width; piped, the answer's longest line (headings are centred in it)."""
-    if console.width < _PIPED:
+    if console.width < PIPED_WIDTH:
         return console.width
     return max(80, *(len(line) for line in content.splitlines() or [""]))
 
@@ -871,7 +759,7 @@ def _ask_decision(out: Output, suspension: dict[str, Any]) -> dict[str, Any]:
 
     body = _prompt_text(suspension)
     if suspension.get("args"):
-        body += "\n\n[dim]arguments:[/] " + _escape(_compact(suspension["args"], 300))
+        body += "\n\n[dim]arguments:[/] " + escape(compact(suspension["args"], 300))
     out.console.print(
         Panel(
             body,
@@ -932,7 +820,7 @@ class Launch:
     timeout: float | None = None
 
     def instance(self) -> ArtInstance:
-        return _build_instance(
+        return build_instance(
             self.model, self.storage, self.tools, self.mcp_config, self._provider_fields()
         )
 
@@ -969,38 +857,6 @@ class Launch:
         return shlex.join(words)
 
 
-def _build_instance(
-    model: str | None,
-    storage: str | None,
-    tools: list[str] | None,
-    mcp_config: Path | None = None,
-    provider: dict[str, Any] | None = None,
-) -> ArtInstance:
-    """The instance a command runs on (an async context manager: closed after use)."""
-    import art
-
-    fields = instance_fields(model, storage, tools)
-    fields.update(provider or {})
-    if mcp_config is not None:
-        fields["mcp_servers"] = mcp_config
-    return art.create_art_instance(**fields)
-
-
-def instance_fields(
-    model: str | None, storage: str | None, tools: list[str] | None
-) -> dict[str, Any]:
-    """The instance fields of --model, --storage and --tools, read the same way by every
-    command: a model as `load_model` resolves it ($ART_MODEL when not given), tools as
-    `load_tools` loads them (the built-in tools when not given)."""
-    fields: dict[str, Any] = {"tools": load_tools(tools) if tools else _builtin_tools()}
-    model = model or os.environ.get("ART_MODEL")
-    if model:
-        fields["model"] = load_model(model)
-    if storage:
-        fields["storage"] = storage
-    return fields
-
-
 class _storage:
     """`async with _storage(url) as store`: the storage adapter alone (no model needed)."""
 
@@ -1020,207 +876,6 @@ class _storage:
             await self.store.close()
 
 
-def _key_values(pairs: Iterable[str], option: str) -> dict[str, Any]:
-    """`KEY=VALUE` pairs as a dict; a value that is JSON is read as JSON, else text."""
-    found: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
-        try:
-            found[key.strip()] = json.loads(value)
-        except ValueError:
-            found[key.strip()] = value
-    return found
-
-
-def _builtin_tools() -> list[Any]:
-    from art.tools import builtin_tools
-
-    return list(builtin_tools())
-
-
-def load_tools(specs: Iterable[str]) -> list[Any]:
-    """Tools from `module:attr` or `path/file.py:attr` specs: a tool instance, an
-    IToolExecutor subclass, a list of either, or a factory returning them."""
-    tools: list[Any] = []
-    for spec in specs:
-        target, sep, attr = spec.rpartition(":")
-        if not sep or not target or not attr:
-            raise CliError("CONFIG_ERROR", f"--tools {spec!r}: expected module:attr", EXIT_USAGE)
-        module = _import_target(target, spec)
-        try:
-            value = getattr(module, attr)
-        except AttributeError:
-            raise CliError(
-                "CONFIG_ERROR", f"--tools {spec!r}: {target} has no attribute {attr!r}", EXIT_USAGE
-            ) from None
-        tools.extend(_as_tools(value, spec))
-    return tools
-
-
-def load_model(spec: str) -> str:
-    """The litellm model name `spec` stands for: `path/to/file.py:ATTR` or `module:ATTR`
-    (an importable module) names a model object defined there (a `ScriptedModel`, or
-    anything with a `model` name) or a string; any other value is a litellm model name
-    already."""
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not (target.endswith(".py") or _names_a_module(target, attr)):
-        return spec
-    value = getattr(_import_target(target, spec, "--model"), attr, None)
-    name = value if isinstance(value, str) else getattr(value, "model", None)
-    if not isinstance(name, str):
-        raise CliError(
-            "CONFIG_ERROR",
-            f"--model {spec!r}: expected {attr!r} to be a model (a ScriptedModel) or a "
-            f"model name, got {type(value).__name__}",
-            EXIT_USAGE,
-        )
-    return name
-
-
-def load_instance(spec: str) -> ArtInstance:
-    """The ArtInstance named by `module:attr` (an instance, or a function returning one)."""
-    from art.instance import ArtInstance
-
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        raise CliError("CONFIG_ERROR", f"--instance {spec!r}: expected module:attr", EXIT_USAGE)
-    value = getattr(_import_target(target, spec), attr, None)
-    if callable(value) and not isinstance(value, ArtInstance):
-        value = value()
-    if not isinstance(value, ArtInstance):
-        raise CliError(
-            "CONFIG_ERROR",
-            f"--instance {spec!r}: expected an ArtInstance or a function returning one, "
-            f"got {type(value).__name__}",
-            EXIT_USAGE,
-        )
-    return value
-
-
-def _names_a_module(target: str, attr: str) -> bool:
-    """Whether `target:attr` is an importable module's attribute rather than a model
-    name holding a colon (`ollama/llama3:8b`)."""
-    if not attr.isidentifier() or not all(part.isidentifier() for part in target.split(".")):
-        return False
-    _working_directory_importable()
-    try:
-        return importlib.util.find_spec(target) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _working_directory_importable() -> None:
-    # A console script does not have the working directory on sys.path.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-
-
-def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
-    try:
-        if target.endswith(".py") or os.sep in target or "/" in target:
-            path = Path(target).expanduser().resolve()
-            loaded = sys.modules.get(path.stem)
-            if loaded is not None and getattr(loaded, "__file__", None) == str(path):
-                return loaded  # --tools and --model may name the same file: run it once
-            module_spec = importlib.util.spec_from_file_location(path.stem, path)
-            if module_spec is None or module_spec.loader is None or not path.is_file():
-                raise FileNotFoundError(f"no such file: {path}")
-            module = importlib.util.module_from_spec(module_spec)
-            # As under `python file.py`, the file imports the modules next to it.
-            if str(path.parent) not in sys.path:
-                sys.path.insert(0, str(path.parent))
-            sys.modules[path.stem] = module
-            module_spec.loader.exec_module(module)
-            return module
-        _working_directory_importable()
-        return importlib.import_module(target)
-    except (ImportError, OSError) as exc:
-        raise CliError(
-            "CONFIG_ERROR", f"{option} {spec!r}: cannot import {target}: {exc}", EXIT_USAGE
-        ) from exc
-    except SystemExit as exc:  # not art's exit: the command would end as if it had run
-        raise CliError(
-            "CONFIG_ERROR",
-            f"{option} {spec!r}: importing {target} called sys.exit({exc.code!r})",
-            EXIT_USAGE,
-        ) from None
-
-
-def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:
-    from art.tooling.contract import IToolExecutor
-
-    if isinstance(value, IToolExecutor):
-        return [value]
-    if isinstance(value, type) and issubclass(value, IToolExecutor):
-        return [value()]
-    if isinstance(value, list | tuple):
-        return [tool for item in value for tool in _as_tools(item, spec, depth + 1)]
-    if callable(value) and depth == 0:
-        return _as_tools(value(), spec, depth + 1)
-    raise CliError(
-        "CONFIG_ERROR",
-        f"--tools {spec!r}: expected a tool (IToolExecutor or @art.tool function), a list "
-        f"of tools, or a factory returning them; got {type(value).__name__}",
-        EXIT_USAGE,
-    )
-
-
-# -- error handling ---------------------------------------------------------------------
-def _guard(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    """Run a command's async body, turning failures into one readable line and an exit code."""
-    if out.json:
-        with _json_only_on_stdout(out):
-            return _guarded(out, body)
-    return _guarded(out, body)
-
-
-def _guarded(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    import asyncio
-
-    try:
-        return asyncio.run(body())
-    except KeyboardInterrupt:
-        out.errors.print("[yellow]interrupted[/]")
-        return 130
-    except (typer.Exit, typer.Abort, SystemExit):
-        raise
-    except Exception as exc:
-        if os.environ.get("ART_DEBUG"):
-            raise
-        code, message, exit_code = _describe(exc)
-        if out.json:
-            out.emit_json({"error": {"code": code, "message": message}})
-        else:
-            out.errors.print(f"[red bold]error[/] [red]{code}[/]: {_escape(message)}")
-            problems = getattr(exc, "problems", None) or []
-            for problem in problems:
-                if str(problem) not in message:  # a PlanError's message lists them already
-                    out.errors.print(f"  • {_escape(str(problem))}")
-        return exit_code
-
-
-def _describe(exc: Exception) -> tuple[str, str, int]:
-    from art.core.redaction import redact
-    from art.errors import ArtError, ConfigurationError
-
-    if isinstance(exc, CliError):
-        return exc.code, redact(exc.message), exc.exit_code
-    if isinstance(exc, ConfigurationError):
-        message = exc.message
-        if "model" in message.lower() and "ART_MODEL" in message:
-            message += " (try --model local/smollm2 for the offline demo model)"
-        return str(exc.code), redact(message), EXIT_USAGE
-    if isinstance(exc, ArtError):
-        return str(exc.code), redact(exc.message), EXIT_ERROR
-    return "INTERNAL_ERROR", redact(f"{type(exc).__name__}: {exc}"), EXIT_ERROR
-
-
-def _exit(code: int) -> None:
-    raise typer.Exit(code)
-
-
 # -- rendering --------------------------------------------------------------------------
 _STATUS_STYLE = {
     "pending": ("○", "dim"),
@@ -1230,16 +885,6 @@ _STATUS_STYLE = {
     "skipped": ("↷", "dim"),
     "waiting": ("⏸", "magenta"),
     "cancelled": ("⊘", "dim"),
-}
-_RUN_STATUS_STYLE = {
-    "success": "green",
-    "completed": "green",
-    "partial": "yellow",
-    "error": "red",
-    "failed": "red",
-    "suspended": "magenta",
-    "running": "yellow",
-    "abandoned": "dim",
 }
 
 
@@ -1258,9 +903,10 @@ class StepView:
 class RunView:
     """A run's state built from its events, rendered as a rich tree (a live renderable)."""
 
-    def __init__(self, *, thread_id: str, query: str | None = None) -> None:
+    def __init__(self, *, thread_id: str, query: str | None = None, full: bool = False) -> None:
         self.thread_id = thread_id
         self.query = query
+        self.full = full  # arguments and descriptions whole, not cut to one line
         self.plan: dict[str, Any] | None = None
         self.steps: dict[str, StepView] = {}
         self.phase = "planning"
@@ -1365,12 +1011,12 @@ class RunView:
 
         parts: list[RenderableType] = []
         if self.plan is None:
-            if not self.finished:
+            if not self.finished and self.phase == "planning":
                 if self._spinner is None:
                     self._spinner = Spinner("dots", text=Text("Planning…", style="bold"))
                 parts.append(self._spinner)
         else:
-            parts.append(plan_tree(self.plan, self.steps, live=not self.finished))
+            parts.append(plan_tree(self.plan, self.steps, live=not self.finished, full=self.full))
         if not self.finished and self.phase == "synthesizing":
             preview = "".join(self.answer_chunks).strip().splitlines()[-3:]
             text = Text("Writing the answer…", style="bold")
@@ -1386,9 +1032,11 @@ def plan_tree(
     *,
     live: bool = False,
     show_status: bool = True,
+    full: bool = False,
 ) -> Tree:
     """The plan as a rich Tree: one node per step with its tool, arguments and dependencies
-    (references included), and, with `show_status`, its status and duration."""
+    (references included), and, with `show_status`, its status and duration. Arguments
+    and descriptions are cut to one short line unless `full`."""
     from rich.spinner import Spinner
     from rich.text import Text
     from rich.tree import Tree
@@ -1409,7 +1057,7 @@ def plan_tree(
         label.append(f"{step.id} ", style="bold")
         label.append(step.tool or "reasoning", style="cyan" if step.tool else "blue italic")
         if step.args:
-            label.append("  " + _compact(step.args, 60))
+            label.append("  " + (compact(step.args, None) if full else compact(step.args, 60)))
         depends = sorted(step.all_dependencies)
         if depends:
             label.append("  ← " + ", ".join(depends), style="dim")
@@ -1427,9 +1075,10 @@ def plan_tree(
         else:
             node = root.add(label)
         if step.description:
-            node.add(Text(_one_line(step.description, 100), style="dim"))
+            description = step.description if full else one_line(step.description, 100)
+            node.add(Text(description, style="dim"))
         if show_status and state.note and state.status == "in_progress":
-            node.add(Text(_one_line(state.note, 100), style="yellow"))
+            node.add(Text(one_line(state.note, 100), style="yellow"))
     return root
 
 
@@ -1442,14 +1091,14 @@ def _status_label(state: StepView) -> Text:
         text.append(" for approval", style=style)
     elif state.status == "in_progress":
         if state.started_at is not None:
-            text.append(f" {_duration(datetime.now(UTC) - state.started_at)}", style="dim")
+            text.append(f" {format_duration(datetime.now(UTC) - state.started_at)}", style="dim")
     elif state.started_at is not None and state.ended_at is not None:
-        text.append(f" {_duration(state.ended_at - state.started_at)}", style="dim")
+        text.append(f" {format_duration(state.ended_at - state.started_at)}", style="dim")
     if state.attempt > 1:
         text.append(f" (attempt {state.attempt})", style="dim")
     if state.reason and state.status in ("completed", "failed", "skipped", "cancelled"):
         separator = " · " if state.status == "completed" else ": "
-        text.append(separator + _one_line(state.reason, 80), style=style)
+        text.append(separator + one_line(state.reason, 80), style=style)
     return text
 
 
@@ -1458,14 +1107,14 @@ def summary_line(response: AgentFinalResponse, thread_id: str) -> Text:
     from rich.text import Text
 
     meta = response.metadata
-    status_style = _RUN_STATUS_STYLE.get(meta.status, "default")
+    status_style = RUN_STATUS_STYLE.get(meta.status, "default")
     cost = f"${meta.llm_cost:.4f}" if meta.llm_cost is not None else "cost n/a"
     parts = [
         f"{meta.llm_calls} LLM call{'s' if meta.llm_calls != 1 else ''}",
         f"{meta.tool_calls} tool call{'s' if meta.tool_calls != 1 else ''}",
         f"{meta.usage.total_tokens:,} tokens",
         cost,
-        _seconds(meta.total_duration_ms / 1000.0),
+        format_seconds(meta.total_duration_ms / 1000.0),
         f"thread {thread_id}",
     ]
     return Text.assemble((meta.status, f"bold {status_style}"), ("  " + " · ".join(parts), "dim"))
@@ -1477,7 +1126,7 @@ def display_panel(tool_name: str, step_id: str, output: Any) -> RenderableType:
 
     title = output.get("title") if isinstance(output, dict) else None
     heading = f"{title} · {tool_name} {step_id}" if title else f"{tool_name} · {step_id}"
-    return Panel(_display_body(output), title=_escape(heading), expand=False, border_style="cyan")
+    return Panel(_display_body(output), title=escape(heading), expand=False, border_style="cyan")
 
 
 def _display_body(output: Any) -> RenderableType:
@@ -1549,9 +1198,9 @@ def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableTy
     for run in runs:
         header.add_row(
             run.run_id[:12],
-            _status_text(_run_status(run.status) or "-"),
-            _when(run.created_at),
-            _one_line(run.query, 70),
+            status_text(_run_status(run.status) or "-"),
+            format_when(run.created_at),
+            one_line(run.query, 70),
         )
 
     depth: dict[str, int] = {}
@@ -1564,7 +1213,7 @@ def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableTy
         if event.span_id:
             depth[event.span_id] = depth.get(event.parent_span_id or "", -1) + 1
         indent = "  " * depth.get(event.span_id or "", 0)
-        offset = _seconds((event.timestamp - start).total_seconds()) if start else ""
+        offset = format_seconds((event.timestamp - start).total_seconds()) if start else ""
         name_style = "red" if event.name == "error" else "cyan"
         table.add_row(
             "+" + offset, Text(indent + event.name, style=name_style), _event_details(event)
@@ -1594,7 +1243,7 @@ def _event_details(event: Any) -> Text:
         plan = data.get("plan") or {}
         text = f"{plan.get('title') or ''} ({len(plan.get('steps') or [])} steps)"
     elif name == "session:start":
-        text = _one_line(str(data.get("query") or ""), 80)
+        text = one_line(str(data.get("query") or ""), 80)
     elif name == "session:end":
         text = str(data.get("status") or (data.get("metadata") or {}).get("status") or "")
     elif name == "suspended":
@@ -1612,11 +1261,20 @@ def _event_details(event: Any) -> Text:
     elif name == "error":
         text = f"{data.get('code') or data.get('error_type') or ''} {data.get('message') or ''}"
     else:
-        text = _compact({k: v for k, v in data.items() if k != "messages"}, 100)
-    return Text(_one_line(text, 160))
+        text = compact({k: v for k, v in data.items() if k != "messages"}, 100)
+    return Text(one_line(text, 160))
 
 
 # -- small helpers ----------------------------------------------------------------------
+def _wire_with_dependencies(plan: Plan) -> dict[str, Any]:
+    """The plan's wire form with each step's `dependsOn` listing the steps its references
+    imply too, as the tree, Mermaid and snapshots show them (it reads back the same DAG)."""
+    wire = plan.to_wire()
+    for step, shown in zip(plan.steps, wire["steps"], strict=True):
+        shown["dependsOn"] = step.all_dependencies
+    return wire
+
+
 # A stored run's status in the words a response uses (`success`, `error`).
 _RUN_STATUS_WORDS = {"completed": "success", "failed": "error"}
 
@@ -1625,60 +1283,10 @@ def _run_status(status: str | None) -> str | None:
     return _RUN_STATUS_WORDS.get(status or "", status)
 
 
-def _status_text(status: str) -> Text:
-    from rich.text import Text
-
-    return Text(status, style=_RUN_STATUS_STYLE.get(status, "default"))
-
-
-def _compact(value: Any, limit: int) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
-    except (TypeError, ValueError):
-        text = repr(value)
-    return _one_line(text, limit)
-
-
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _prompt_text(suspension: dict[str, Any]) -> str:
     prompt = suspension.get("prompt")
     if isinstance(prompt, dict):
         prompt = prompt.get("question") or prompt.get("prompt") or prompt.get("message") or prompt
     if prompt is None:
         return "(no question given)"
-    return _escape(prompt if isinstance(prompt, str) else _compact(prompt, 300))
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(str(text))
-
-
-def _duration(delta: Any) -> str:
-    return _seconds(max(delta.total_seconds(), 0.0))
-
-
-def _seconds(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    minutes, rest = divmod(seconds, 60)
-    return f"{int(minutes)} min {rest:.0f} s"
-
-
-def _when(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-# Queued runs: `art submit`, `art worker`, `art workers` (art/queue/cli.py).
-from art.queue.cli import register_queue_commands  # noqa: E402
-
-register_queue_commands(app)
+    return escape(prompt if isinstance(prompt, str) else compact(prompt, 300))

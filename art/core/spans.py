@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import sys
 from typing import Protocol
 
 from art.core.models import ArtModel, builder
@@ -44,6 +45,19 @@ class SpanContext(ArtModel):
 
 
 _new_span = builder(SpanContext)
+
+
+def current_traceparent() -> str | None:
+    """The W3C traceparent of the current OpenTelemetry span, or None when there is none
+    (or OpenTelemetry was never imported, as without tracing)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 class SpanIds(Protocol):

@@ -25,6 +25,7 @@ from art.engine.policies import failure_policy
 from art.engine.scheduler import Executor, step_dependencies
 from art.engine.steps import CallResources, StepRunner
 from art.errors import ModelError, PlanError, RunErrorCode
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 from art.planning.plans import Plan, Step
 from art.planning.references import resolve_references
@@ -49,6 +50,7 @@ class ExecutionOutcome:
     suspensions: list[Suspension] = field(default_factory=list)
     replans: int = 0
     error: RunError | None = None
+    error_reported: bool = False  # `error` was a step's failure, reported as it happened
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -147,17 +149,24 @@ class PlanExecution:
         log.debug("plan executed", run_id=self.deps.run.run_id, status=outcome.status)
         return outcome
 
-    def cancel(self, reason: str = "cancelled") -> None:
-        """Stop the run: no new steps, running ones cancelled (their tools see it)."""
+    def cancel(self, reason: str = "cancelled") -> bool:
+        """Stop the run: no new steps, running ones cancelled (their tools see it). True
+        when a pass was running and stops by itself; False between passes (a replan),
+        where the caller must cancel the task that waits."""
         state = self.state
         if state.cancelling:
-            return
+            return True
         error = RunError(code=RunErrorCode.CANCELLED, message=reason)
         self.deps.run.cancellation.cancel(reason)
         if self._runner is not None:
             self._runner.stop(Stop.CANCELLED, error)
-        else:
-            state.stop, state.error = Stop.CANCELLED, error
+            return True
+        state.stop, state.error = Stop.CANCELLED, error
+        return False
+
+    def records(self) -> dict[str, StepRecord]:
+        """The step records as they stand (what a run cancelled between passes keeps)."""
+        return {step_id: record.record() for step_id, record in self.state.records.items()}
 
     # -- one pass over the DAG ----------------------------------------------------------
     async def _pass(self, resources: CallResources) -> None:
@@ -268,12 +277,14 @@ class PlanExecution:
                 problems=list(exc.problems),
             )
             log.warning("replanning failed; the run goes on without it", error=exc.message)
+            await self._replan_failed("planning", state.replan_error)
             return True
         except ModelError as exc:
             state.replan_error = RunError(
                 code=str(exc.code), message=f"replanning failed: {exc.message}"
             )
             log.warning("replanning failed; the run goes on without it", error=exc.message)
+            await self._replan_failed("llm", state.replan_error)
             return True
         state.replans += 1
         previous = state.plan
@@ -308,6 +319,19 @@ class PlanExecution:
         )
         return True
 
+    async def _replan_failed(self, source: str, error: RunError) -> None:
+        """The `error` event of a failed replan: the run goes on without one."""
+        data = error_data(
+            source,
+            error.code,
+            error.message,
+            recoverable=True,
+            phase="replan",
+            problems=error.problems,
+            suggestion="the run goes on with the plan it has; the answer uses what completed",
+        )
+        await self._emit("error", data)
+
     def _outcome(self) -> tuple[ExecutionOutcome, Counter[str]]:
         """The outcome, and how many of its records end in each status."""
         state = self.state
@@ -335,6 +359,7 @@ class PlanExecution:
             suspensions=list(state.suspensions),
             replans=state.replans,
             error=state.error if status in ("failed", "cancelled") else state.replan_error,
+            error_reported=state.error_reported,
         )
         return outcome, counts
 

@@ -190,6 +190,8 @@ class ExecutionState:
     error: RunError | None = None
     # Why replanning failed: the run goes on as `skip_dependents` and ends `partial`.
     replan_error: RunError | None = None
+    # The run's error is a step's failure whose `error` event was sent as it happened.
+    error_reported: bool = False
     # Finished steps of the current pass that did not complete (their dependents skip).
     unsuccessful: set[str] = field(default_factory=set)
 

@@ -14,31 +14,36 @@ and answer with what it is waiting for or why it failed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from art.core.log import get_logger
 from art.core.serialization import truncate
-from art.engine.run import Run, call_error
+from art.core.spans import current_traceparent
+from art.engine.execute import ExecutionOutcome, PlanExecution
+from art.engine.execution_state import ExecutionDeps
+from art.engine.run import HISTORY_LIMIT, Run, call_error, pending_suspensions
 from art.engine.suspension import apply_decision, latest_by_step, suspended_message
-from art.errors import ModelError, PlanError, RunErrorCode
+from art.engine.synthesis import SynthesisInput, gather_sources, incomplete_answer, synthesize
+from art.errors import ModelError, PlanError, RunErrorCode, StorageError
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 from art.responses import (
     AgentFinalResponse,
     ConversationMessage,
-    DisplayOutput,
     ExecutionMetadata,
     MessageMetadata,
     RunError,
     RunStatusName,
+    display_outputs,
 )
 from art.storage.contract import Suspension
 
 if TYPE_CHECKING:
-    from art.engine.execute import ExecutionOutcome
     from art.llm.client import LLMResult
-    from art.responses import StepRecord
-    from art.tooling.registry import ToolRegistry
 
 __all__ = [
     "ApplyDecisions",
@@ -49,10 +54,12 @@ __all__ = [
     "Phase",
     "Suspend",
     "Synthesize",
-    "display_outputs",
+    "drive",
     "run_phases",
     "session_end_data",
 ]
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,76 @@ class End:
 
 class Phase(Protocol):
     async def run(self, run: Run) -> Phase | End: ...
+
+
+async def drive(
+    run: Run, start_data: dict[str, Any], *, resumed: Suspension | None = None
+) -> AgentFinalResponse:
+    """Run `run`'s phases to a response; the event log is written whatever happens."""
+    state = run.state
+    record = state.record
+    start = {"query": record.query, **start_data}
+    if record.trace_parent is not None:  # a later part of the run
+        start["trace_parent"] = record.trace_parent
+    await run.emit("session:start", start)
+    if record.trace_parent is None:
+        # Stored with the record (at the plan, at the latest), for a resume elsewhere.
+        record.trace_parent = current_traceparent()
+    if resumed is not None:
+        await run.emit(
+            "resumed",
+            {
+                "suspension_id": resumed.suspension_id,
+                "step_id": resumed.step_id,
+                "tool": resumed.tool_name,
+                "decision": resumed.decision,
+            },
+        )
+    run.attach(asyncio.current_task())
+    try:
+        try:
+            if state.cancel_reason is None:  # else cancelled as it started
+                state.history = await run.deps.storage.get_history(
+                    run.thread_id, limit=HISTORY_LIMIT
+                )
+                response = await run_phases(run)
+            else:
+                response = await _cancelled(run)
+        except asyncio.CancelledError:
+            if not run.cancel_was_ours():
+                raise
+            # `cancel` stopped the run where it waited; what finished is stored already.
+            response = await _cancelled(run)
+    except asyncio.CancelledError:
+        # Left as a crash leaves it (the same query continues it); keep the log.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(run.log.finish())
+        raise
+    except Exception as exc:
+        if (lost := _storage_error(exc)) is not None:
+            # The storage stopped answering (past the retries of a step's record): the
+            # run stays as a crash leaves it, and the same query continues it.
+            await run.storage_lost(lost)
+            raise lost from exc
+        log.exception("run failed inside the engine", run_id=run.context.run_id)
+        error = RunError(
+            code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
+        )
+        response = (await Fail(error).run(run)).response
+    finally:
+        # The execute phase refers back to this run (its persist and idle callbacks):
+        # without that cycle a finished run's objects are freed as soon as the caller
+        # drops the response, not at some later collection.
+        run.execution = None
+    await run.emit("session:end", session_end_data(response))
+    await run.log.finish()
+    _log_summary(response)
+    return response
+
+
+async def _cancelled(run: Run) -> AgentFinalResponse:
+    error = RunError(code=RunErrorCode.CANCELLED, message=run.state.cancel_reason or "")
+    return (await Fail(error).run(run)).response
 
 
 async def run_phases(run: Run) -> AgentFinalResponse:
@@ -116,9 +193,9 @@ class MakePlan:
                 invalid = RunError(
                     code=RunErrorCode.PLAN_INVALID, message=exc.message, problems=list(exc.problems)
                 )
-                return Fail(invalid)
+                return Fail(invalid, source="planning", phase="planning")
             except (ModelError, HookVeto) as exc:
-                return Fail(call_error(exc))
+                return Fail(call_error(exc), source=_source_of(exc), phase="planning")
             await run.plan_created(plan)
         elif record.status != "running":
             record.status = "running"
@@ -135,10 +212,6 @@ class ExecutePlan:
     plan (eager execution), while the planner streams it."""
 
     async def run(self, run: Run) -> Phase | End:
-        from art.engine.execute import PlanExecution
-        from art.engine.execution_state import ExecutionDeps
-        from art.engine.run import pending_suspensions
-
         record, deps = run.state.record, run.deps
         execution = PlanExecution(
             ExecutionDeps(
@@ -163,6 +236,9 @@ class ExecutePlan:
         run.execution = execution
         try:
             outcome = await execution.run()
+        except asyncio.CancelledError:
+            record.steps = execution.records()  # stopped between passes: keep what finished
+            raise
         finally:
             run.execution = None
         record.steps = outcome.records
@@ -173,7 +249,11 @@ class ExecutePlan:
             return Suspend(pending or outcome.suspensions)
         if outcome.status in ("failed", "cancelled"):
             failed = RunError(code=RunErrorCode.STEP_FAILED, message="a step failed")
-            return Fail(outcome.error or failed)
+            error = outcome.error or failed
+            # Not a step's failure: the streamed plan's (invalid, or its call failed).
+            by_steps = error.code in (RunErrorCode.STEP_FAILED, RunErrorCode.CANCELLED)
+            source = "run" if by_steps else "planning"
+            return Fail(error, source=source, phase="execute", reported=outcome.error_reported)
         return Synthesize(outcome)
 
 
@@ -184,8 +264,6 @@ class Synthesize:
     outcome: ExecutionOutcome
 
     async def run(self, run: Run) -> Phase | End:
-        from art.engine.synthesis import SynthesisInput, incomplete_answer, synthesize
-
         record, deps, outcome = run.state.record, run.deps, self.outcome
         data = SynthesisInput(
             query=record.query,
@@ -200,7 +278,8 @@ class Synthesize:
         try:
             result = await synthesize(run.context, deps.llm, deps.synthesis_model, data)
         except (ModelError, HookVeto) as exc:
-            return Fail(call_error(exc))
+            return Fail(call_error(exc), source=_source_of(exc), phase="synthesis")
+        run.ending()
         cut_off = incomplete_answer(result.finish_reason)
         answer, limit = result.content, run.context.config.max_answer_chars
         if len(answer) > limit:
@@ -230,6 +309,7 @@ class Suspend:
     pending: Sequence[Suspension]
 
     async def run(self, run: Run) -> End:
+        run.ending()
         record, pending = run.state.record, self.pending
         record.status = "suspended"
         run.sync_counters()
@@ -259,27 +339,36 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """The run failed with `error` (its message redacted before it is stored)."""
+    """The run failed with `error` (its message redacted before it is stored); `source`
+    and `phase` say what failed where, for the `error` event, which is left out when the
+    failure was reported already (a step's, under `on_step_failure="fail"`)."""
 
     error: RunError
+    source: str = "run"
+    phase: str | None = None
+    reported: bool = False
 
     async def run(self, run: Run) -> End:
+        run.ending()
         error = self.error.model_copy(update={"message": run.deps.llm.redact(self.error.message)})
         record = run.state.record
         record.status = "failed"
         record.error = error
         run.sync_counters()
-        await run.deps.storage.update_run(record)
-        await run.emit(
-            "error",
-            {
-                "source": "run",
-                "code": error.code,
-                "message": error.message,
-                "problems": error.problems,
-                "recoverable": False,
-            },
-        )
+        try:
+            await run.deps.storage.update_run(record)
+        except Exception as exc:  # the response still tells the caller why the run failed
+            log.error("the failed run could not be stored", run_id=record.run_id, error=repr(exc))
+        if not self.reported:
+            data = error_data(
+                self.source,
+                error.code,
+                error.message,
+                recoverable=False,
+                phase=self.phase,
+                problems=error.problems,
+            )
+            await run.emit("error", data)
         content = f"The run failed ({error.code}): {error.message}"
         return End(build_response(run, "error", content, error=error))
 
@@ -297,8 +386,6 @@ def build_response(
     answered_by: LLMResult | None = None,
 ) -> AgentFinalResponse:
     """The run's response as it stands: its answer, steps, displays, counters and timing."""
-    from art.engine.synthesis import gather_sources
-
     context, record = run.context, run.state.record
     steps = list(record.steps.values())
     display = display_outputs(steps, run.deps.registry)
@@ -315,6 +402,7 @@ def build_response(
         trace_id=context.trace_id,
         run_id=context.run_id,
         user_id=context.user_id,
+        session_id=context.session_id,
         status=status,
         total_duration_ms=run.state.duration_ms(),
         llm_calls=stats.llm_calls,
@@ -360,24 +448,47 @@ def session_end_data(response: AgentFinalResponse) -> dict[str, Any]:
     }
 
 
+def _source_of(exc: ModelError | HookVeto) -> str:
+    return "llm" if isinstance(exc, ModelError) else "hook"
+
+
 def _blocking_config(run: Run, tool_name: str) -> dict[str, Any] | None:
     tool = run.deps.registry.get(tool_name)
     return tool.schema.blocking_config if tool is not None else None
 
 
-def display_outputs(steps: Iterable[StepRecord], registry: ToolRegistry) -> list[DisplayOutput]:
-    """The completed display steps among `steps`, in order, each with its tool's
-    `display_config` (`AgentFinalResponse.display`)."""
-    found = []
-    for record in steps:
-        tool = registry.get(record.tool) if record.tool else None
-        if record.status == "completed" and tool is not None and tool.schema.mode == "display":
-            found.append(
-                DisplayOutput(
-                    step_id=record.step_id,
-                    tool_name=record.tool or "",
-                    output=record.output,
-                    config=tool.schema.display_config,
-                )
-            )
-    return found
+def _log_summary(response: AgentFinalResponse) -> None:
+    """One INFO line per finished run: what it did and cost (-v in the CLI shows it)."""
+    meta = response.metadata
+    steps = response.steps
+    log.info(
+        "run finished",
+        thread_id=meta.thread_id,
+        run_id=meta.run_id,
+        status=meta.status,
+        steps=len(steps),
+        steps_completed=sum(1 for s in steps if s.status == "completed"),
+        llm_calls=meta.llm_calls,
+        tool_calls=meta.tool_calls,
+        tokens=meta.usage.total_tokens,
+        duration_ms=round(meta.total_duration_ms, 1),
+        error=meta.error.code if meta.error is not None else None,
+    )
+
+
+def _storage_error(exc: BaseException) -> StorageError | None:
+    """The StorageError that ended a run, looking inside exception groups (its steps')."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _storage_error(inner)) is not None:
+                return found
+    return None
+
+
+def _unwrap(exc: BaseException) -> str:
+    """The message of an engine fault, looking inside a one-exception group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__

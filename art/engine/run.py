@@ -1,5 +1,5 @@
-"""One run under the thread's lease: its collaborators, its state, and the object that
-drives its phases (`art.engine.phases`) and can cancel it.
+"""One run under the thread's lease: its collaborators, its state, and the object the
+phases (`art.engine.phases`, which drive it) work on and `cancel` reaches.
 
 As in pydantic-ai's `_agent_graph.py`: `RunDeps` is what the instance lends a run and
 never changes (`GraphAgentDeps`), `RunState` is what changes as the run goes
@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from art.config import ExecutionConfig, Persona, ProcessOptions
 from art.core.log import get_logger
+from art.core.serialization import escape_unencodable_data
 from art.core.spans import SpanContext, new_trace_id
 from art.engine.context import RunContext, RunStats
+from art.engine.setup import RunSetup, set_up_run
 from art.errors import (
     ConfigurationError,
     ModelError,
@@ -33,9 +35,9 @@ from art.errors import (
     StorageError,
     SuspensionError,
 )
+from art.observe.errors import error_data
 from art.observe.event_log import LOGGED_EVENTS, EventLogWriter, kept_in_log
 from art.observe.events import Event, EventBus, HookVeto, RunEvents, RunScope
-from art.observe.tracing import current_traceparent
 from art.responses import (
     AgentFinalResponse,
     ConversationMessage,
@@ -47,7 +49,6 @@ from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
     from art.engine.execute import PlanExecution
-    from art.engine.setup import RunSetup
     from art.engine.suspension import Decision
     from art.llm.client import LLMClient
     from art.planning.planner import Planner
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from art.tooling.registry import ToolRegistry
 
 __all__ = [
+    "HISTORY_LIMIT",
     "Run",
     "RunDeps",
     "RunState",
@@ -113,7 +115,8 @@ class RunState:
 
 
 class Run:
-    """One `process` or resume of one run: `await drive(...)` once."""
+    """One `process` or resume of one run: what its phases share (`art.engine.phases.drive`
+    runs them once) and what `cancel` stops."""
 
     def __init__(
         self,
@@ -167,72 +170,60 @@ class Run:
         )
         self.loop = asyncio.get_running_loop()
         self.execution: PlanExecution | None = None  # the execute phase, while it runs
+        # The task that drives the run, for its whole life: `cancel` cancels it wherever it
+        # waits (a planner or synthesis call, a replan, storage) but inside a pass over the
+        # plan, where the steps stop themselves and record how they ended.
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled_task = False
+        self._ending = False  # the run's end is being stored: too late to cancel
 
     @property
     def thread_id(self) -> str:
         return self.context.thread_id
 
-    async def drive(
-        self, start_data: dict[str, Any], *, resumed: Suspension | None = None
-    ) -> AgentFinalResponse:
-        """Run the phases to a response; the event log is written whatever happens."""
-        from art.engine.phases import Fail, run_phases, session_end_data
-
-        state = self.state
-        record = state.record
-        start = {"query": record.query, **start_data}
-        if record.trace_parent is not None:  # a later part of the run
-            start["trace_parent"] = record.trace_parent
-        await self.emit("session:start", start)
-        if record.trace_parent is None:
-            # Stored with the record (at the plan, at the latest), for a resume elsewhere.
-            record.trace_parent = current_traceparent()
-        if resumed is not None:
-            await self.emit(
-                "resumed",
-                {
-                    "suspension_id": resumed.suspension_id,
-                    "step_id": resumed.step_id,
-                    "tool": resumed.tool_name,
-                    "decision": resumed.decision,
-                },
-            )
-        try:
-            state.history = await self.deps.storage.get_history(self.thread_id, limit=HISTORY_LIMIT)
-            response = await run_phases(self)
-        except asyncio.CancelledError:
-            # Left as a crash leaves it (the same query continues it); keep the log.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.log.finish())
-            raise
-        except Exception as exc:
-            if (lost := _storage_error(exc)) is not None:
-                # The storage stopped answering (past the retries of a step's record): the
-                # run stays as a crash leaves it, and the same query continues it.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.log.finish())
-                raise lost from exc
-            log.exception("run failed inside the engine", run_id=self.context.run_id)
-            error = RunError(
-                code=RunErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {_unwrap(exc)}"
-            )
-            response = (await Fail(error).run(self)).response
-        finally:
-            # The execute phase refers back to this run (its persist and idle callbacks):
-            # without that cycle a finished run's objects are freed as soon as the caller
-            # drops the response, not at some later collection.
-            self.execution = None
-        await self.emit("session:end", session_end_data(response))
-        await self.log.finish()
-        _log_summary(response)
-        return response
-
     def cancel(self, reason: str) -> None:
-        """Stop the run (on its own loop): no new steps, running tools cancelled."""
+        """Stop the run (on its own loop) in whatever phase it is: a pass over the plan
+        starts no new steps and cancels the running ones; anything else it waits for (a
+        planner, replanner or synthesis call, storage) is cancelled, its request closed.
+        The run then ends with code CANCELLED."""
+        if self._ending or self.state.cancel_reason is not None:
+            return
         self.state.cancel_reason = reason
         self.context.cancellation.cancel(reason)
-        if self.execution is not None:
-            self.execution.cancel(reason)
+        execution = self.execution
+        if execution is not None and execution.cancel(reason):
+            return  # the pass stops its steps and returns
+        self._cancel_task()
+
+    def attach(self, task: asyncio.Task[Any] | None) -> None:
+        """The task that drives the run: `cancel` cancels it where it waits."""
+        self._task = task
+
+    async def storage_lost(self, lost: StorageError) -> None:
+        """Report the storage failure that stops the run (the caller gets `lost` raised)."""
+        log.error("run stopped by its storage", run_id=self.context.run_id, error=lost.message)
+        data = error_data("storage", RunErrorCode.STORAGE_ERROR, lost.message, recoverable=False)
+        await self.emit("error", data)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.log.finish())
+
+    def ending(self) -> None:
+        """The run's end is being stored: a cancel from now on changes nothing."""
+        self._ending = True
+
+    def _cancel_task(self) -> None:
+        task = self._task
+        if task is not None and not task.done() and not self._cancelled_task:
+            self._cancelled_task = True
+            task.cancel()
+
+    def cancel_was_ours(self) -> bool:
+        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
+        task = self._task
+        if not self._cancelled_task or task is None:
+            return False
+        self._cancelled_task = False
+        return task.uncancel() == 0
 
     # -- what the phases share ----------------------------------------------------------
     async def emit(self, name: str, data: dict[str, Any]) -> None:
@@ -387,25 +378,6 @@ async def open_resumed_run(
     return record, decided, setup
 
 
-def _log_summary(response: AgentFinalResponse) -> None:
-    """One INFO line per finished run: what it did and cost (-v in the CLI shows it)."""
-    meta = response.metadata
-    steps = response.steps
-    log.info(
-        "run finished",
-        thread_id=meta.thread_id,
-        run_id=meta.run_id,
-        status=meta.status,
-        steps=len(steps),
-        steps_completed=sum(1 for s in steps if s.status == "completed"),
-        llm_calls=meta.llm_calls,
-        tool_calls=meta.tool_calls,
-        tokens=meta.usage.total_tokens,
-        duration_ms=round(meta.total_duration_ms, 1),
-        error=meta.error.code if meta.error is not None else None,
-    )
-
-
 def _check_remaining_tools(record: RunRecord, registry: ToolRegistry) -> None:
     """Refuse to resume a run whose unfinished steps name tools this instance lacks: the
     approval would be used up on a run that can only fail."""
@@ -434,8 +406,6 @@ def _decision_data(decision: Decision) -> dict[str, Any]:
     """The decision as JSON data, its text escaped as a query is (art.core.serialization)."""
     from pydantic_core import to_jsonable_python
 
-    from art.core.serialization import escape_unencodable_data
-
     data: dict[str, Any] = to_jsonable_python(escape_unencodable_data(decision.model_dump()))
     return data
 
@@ -450,8 +420,6 @@ async def _set_up(
 ) -> RunSetup:
     """The run's tools, system context and metadata, after the `run:before` hooks;
     stored on `record` for a continued run or a resume to find."""
-    from art.engine.setup import set_up_run
-
     setup = await set_up_run(
         tools, record, opts, bus, continued=continued, span=SpanContext.root(record.trace_id)
     )
@@ -475,12 +443,7 @@ async def refused_response(
     if events.wants("error"):
         await events.emit(
             "error",
-            {
-                "source": source,
-                "code": error.code,
-                "message": error.message,
-                "recoverable": True,
-            },
+            error_data(source, error.code, error.message, recoverable=False, phase="setup"),
             thread_id=thread_id,
             span=span,
         )
@@ -511,21 +474,3 @@ async def pending_suspensions(
     """The undecided suspensions of one run."""
     found = await storage.list_suspensions(thread_id, pending_only=True)
     return [s for s in found if s.run_id == run_id]
-
-
-def _storage_error(exc: BaseException) -> StorageError | None:
-    """The StorageError that ended a run, looking inside exception groups (its steps')."""
-    if isinstance(exc, StorageError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := _storage_error(inner)) is not None:
-                return found
-    return None
-
-
-def _unwrap(exc: BaseException) -> str:
-    """The message of an engine fault, looking inside a one-exception group."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return str(exc) or type(exc).__name__

@@ -27,6 +27,7 @@ from art.core.serialization import context_text, safe_stringify
 from art.core.spans import LazySpan, SpanContext
 from art.engine.execution_state import FINISHED, ExecutionDeps, ExecutionState, StepState, Stop
 from art.errors import ModelError, ModelErrorCode, RunErrorCode, StorageError, ToolErrorCode
+from art.observe.errors import error_data
 from art.observe.events import EventBus, HookVeto, RunEvents
 from art.planning.references import resolve_references
 from art.responses import RunError, StepStatus, utcnow
@@ -623,9 +624,34 @@ class StepRunner:
                 f"internal error while running the step: {type(exc).__name__}: {exc}",
             )
         status = record.status
-        if status == "failed" and (verdict := self.policy.after_failure(record, state)):
-            self.stop(verdict.stop, verdict.error)
+        if status == "failed":
+            verdict = self.policy.after_failure(record, state)
+            if verdict is not None:
+                self.stop(verdict.stop, verdict.error)
+            goes_on = verdict is None or verdict.stop is Stop.REPLAN
+            state.error_reported = state.error_reported or not goes_on
+            await self._report_failure(step, record, step_span, goes_on=goes_on)
         return status in FINISHED
+
+    async def _report_failure(
+        self, step: Step, record: StepState, span: LazySpan, *, goes_on: bool
+    ) -> None:
+        """The failed step's `error` event (one per failure; `recoverable`: the run goes on)."""
+        if not self.deps.run.events.wants("error"):
+            return
+        result = record.result
+        code = result.metadata.get("error_code") if result is not None else None
+        data = error_data(
+            "tool" if step.tool is not None else "llm",
+            str(code) if code else "UNKNOWN",
+            record.reason or "the step failed",
+            recoverable=goes_on,
+            phase="execute",
+            step_id=step.id,
+            tool=step.tool,
+            attempts=record.attempts,
+        )
+        await _emit(self.deps, "error", data, span.context())
 
     def close(self) -> None:
         """At the end of the pass."""

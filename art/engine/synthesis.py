@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from art.core.binary import describe_attachments
 from art.core.serialization import context_text, safe_stringify
+from art.llm.client import LLMClient, LLMResult, context_window, count_tokens
 from art.responses import ConversationMessage, Source, StepRecord
 
 if TYPE_CHECKING:
     from art.engine.context import RunContext
-    from art.llm.client import LLMClient, LLMResult
     from art.planning.plans import Plan
 
 __all__ = [
@@ -162,8 +162,6 @@ def fit_to_context(
     Unknown window (litellm does not know the model): the messages as they are.
     """
     if window is None or count is None:
-        from art.llm.client import context_window, count_tokens
-
         window = window or context_window
         count = count or count_tokens
     messages = synthesis_messages(data)

@@ -76,6 +76,24 @@ def chat_messages(messages: ChatMessages, system_prompt: str | None) -> list[dic
     return listed
 
 
+#: litellm parameters that ask the model to call functions: the reply would be tool calls,
+#: which a ChatResponse has no place for.
+_FUNCTION_CALLING = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
+
+
+def refuse_function_calling(params: Mapping[str, Any]) -> None:
+    """Raise ConfigurationError when `params` ask for function calling: art.chat returns
+    text, and a reply of tool calls would otherwise come back as empty content."""
+    asked = [name for name in _FUNCTION_CALLING if params.get(name) is not None]
+    if asked:
+        raise ConfigurationError(
+            f"art.chat does not do function calling ({', '.join(asked)} in llm_params): "
+            "its reply is text, so tool calls would be lost. Give the tools to an "
+            "instance (create_art_instance(tools=[...])) and use process(), whose planner "
+            "calls them; or call litellm directly for raw tool calls"
+        )
+
+
 @dataclass
 class _ChatScope:
     """The `CallScope` of a chat call: no thread, no run, events of its own."""

@@ -14,13 +14,11 @@ error message is passed through `art.core.redaction.redact`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
-import functools
-import os
 import random
 import re
 import time
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +31,8 @@ from art.core.serialization import escape_unencodable
 from art.core.usage import TokenUsage
 from art.errors import ModelError, ModelErrorCode
 from art.llm.model import LiteLLMModel, Model
+from art.llm.provider import load_litellm
+from art.observe.errors import error_data
 from art.observe.events import HookVeto
 
 if TYPE_CHECKING:
@@ -58,37 +58,14 @@ __all__ = [
 log = get_logger(__name__)
 
 LLMPhase = Literal["planning", "step", "synthesis", "replan", "chat"]
-FlushReason = Literal["size", "time", "completion"]
+FlushReason = Literal["size", "time", "manual", "completion"]
 
 # llm_params keys art sets itself; a caller's value would break the call's bookkeeping.
 _RESERVED_PARAMS = frozenset({"model", "messages", "stream", "stream_options"})
 # A streamed call is made only when one of these has a listener.
 _STREAM_EVENTS = ("chunk:before", "chunk:after", "buffer:flush")
-
-
-@functools.cache
-def _litellm() -> Any:
-    """Import litellm on first use (it takes seconds) with the offline price map; typed Any
-    because callers assign its module-level settings, which ModuleType does not allow."""
-    from art.logging import adopt_litellm_loggers, adopting_litellm_loggers
-
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    with adopting_litellm_loggers():  # litellm logs while it is still importing
-        import litellm
-    from litellm.types.utils import Delta, Message, ModelResponseStream, StreamingChoices
-
-    # litellm prints "Give Feedback / Get Help" banners to stdout on every provider error.
-    litellm.suppress_debug_info = True
-    adopt_litellm_loggers()  # one handler, art's, when the application configured logging
-    # litellm's response types build their pydantic schemas on first use and warn about
-    # their own TypedDicts then; build them now, quietly, so that applications running
-    # with warnings as errors (pytest's filterwarnings) do not fail on litellm's warning.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        Message(content="")
-        ModelResponseStream(choices=[StreamingChoices(delta=Delta(content=""))])
-        litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": ""}}])
-    return litellm
+# How long closing an abandoned stream may take.
+_STREAM_CLOSE_S = 1.0
 
 
 @dataclass
@@ -145,9 +122,25 @@ class StreamBuffer:
     clock: Callable[[], float] = time.monotonic
     _chunks: list[str] = field(default_factory=list)
     _started: float | None = None
+    _created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    _last_flush: datetime | None = None
 
     def __len__(self) -> int:
         return len(self._chunks)
+
+    def state(self) -> dict[str, Any]:
+        """What the buffer holds now (seed 004's BufferState), for chunk hooks."""
+        return {
+            "size": len(self._chunks),
+            "chunks": list(self._chunks),
+            "created_at": self._created_at.isoformat(),
+            "last_flush": self._last_flush.isoformat() if self._last_flush else None,
+            "strategy": self.config.strategy,
+        }
+
+    def flush(self) -> Flush | None:
+        """Release what is buffered now (a `manual` flush); None when it is empty."""
+        return self._flush("manual") if self._chunks else None
 
     @property
     def _uses_size(self) -> bool:
@@ -192,6 +185,7 @@ class StreamBuffer:
         flush = Flush(list(self._chunks), reason, (self.clock() - started) * 1000.0)
         self._chunks = []
         self._started = None
+        self._last_flush = datetime.now(UTC)
         return flush
 
 
@@ -201,7 +195,7 @@ class StreamBuffer:
 def supports_response_schema(model: str) -> bool:
     """Whether litellm says `model` accepts a JSON schema `response_format` (False on doubt)."""
     try:
-        return bool(_litellm().supports_response_schema(model=model))
+        return bool(load_litellm().supports_response_schema(model=model))
     except Exception:
         return False
 
@@ -209,7 +203,7 @@ def supports_response_schema(model: str) -> bool:
 def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
     """Prompt tokens of `messages` for `model`; a characters/4 estimate when litellm cannot."""
     try:
-        return int(_litellm().token_counter(model=model, messages=messages))
+        return int(load_litellm().token_counter(model=model, messages=messages))
     except Exception:
         chars = sum(len(str(m.get("content") or "")) + 8 for m in messages)
         return chars // 4 + 1
@@ -218,7 +212,7 @@ def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
 def context_window(model: str) -> int | None:
     """The model's input token limit, or None when litellm does not know the model."""
     try:
-        info = _litellm().get_model_info(model=model)
+        info = load_litellm().get_model_info(model=model)
     except Exception:
         return None
     for key in ("max_input_tokens", "max_tokens"):
@@ -574,16 +568,17 @@ class LLMClient:
                 failure_log.info("llm call retried", attempt=attempt, delay_s=round(delay, 3))
                 await run.events.emit(
                     "error",
-                    {
-                        "source": "llm",
-                        "phase": phase,
-                        "model": model,
-                        "code": str(error.code),
-                        "message": error.message,
-                        "attempt": attempt,
-                        "retry_in_s": delay,
-                        "recoverable": True,
-                    },
+                    error_data(
+                        "llm",
+                        str(error.code),
+                        error.message,
+                        recoverable=True,
+                        phase=phase,
+                        suggestion=f"retried in {delay:.3g} s",
+                        model=model,
+                        attempt=attempt,
+                        retry_in_s=delay,
+                    ),
                     thread_id=run.thread_id,
                     run_id=run.run_id,
                     span=span,
@@ -645,7 +640,7 @@ class LLMClient:
         return kwargs
 
     async def _once(self, model: str, kwargs: dict[str, Any]) -> LLMResult:
-        litellm = _litellm()
+        litellm = load_litellm()
         response = await _bounded(
             self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
         )
@@ -672,7 +667,7 @@ class LLMClient:
         span: SpanContext,
         on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
-        litellm = _litellm()
+        litellm = load_litellm()
         response = await _bounded(
             self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
         )
@@ -689,6 +684,7 @@ class LLMClient:
         sequence = 0
         delivered = False
         pending: asyncio.Future[Any] | None = None
+        streamed = False  # the stream ran to its end
 
         async def emit(name: str, data: dict[str, Any]) -> dict[str, Any]:
             return await run.events.emit(
@@ -730,6 +726,7 @@ class LLMClient:
                 item, pending = pending.result(), None
                 last_chunk_at = time.monotonic()
                 if item is _STOP:
+                    streamed = True
                     break
                 response_model = getattr(item, "model", None) or response_model
                 if getattr(item, "usage", None):
@@ -767,20 +764,37 @@ class LLMClient:
                     continue
                 try:
                     edited = await emit(
-                        "chunk:before", {"phase": phase, "chunk": text, "sequence": sequence}
+                        "chunk:before",
+                        {
+                            "phase": phase,
+                            "chunk": text,
+                            "sequence": sequence,
+                            "buffer": buffer.state(),
+                        },
                     )
                 except HookVeto:
                     sequence += 1  # a vetoed chunk is dropped from the answer
                     continue
-                text = str(edited.get("chunk", text)) if isinstance(edited, dict) else text
+                flush_now = False
+                if isinstance(edited, dict):
+                    text = str(edited.get("chunk", text))
+                    flush_now = edited.get("flush") is True  # a hook's manual flush
                 parts.append(text)
                 delivered = True
                 if on_text is not None:
                     on_text(text)
                 await release(buffer.add(text))
+                if flush_now:
+                    await release(buffer.flush())
                 await emit(
                     "chunk:after",
-                    {"phase": phase, "chunk": text, "sequence": sequence, "done": False},
+                    {
+                        "phase": phase,
+                        "chunk": text,
+                        "sequence": sequence,
+                        "done": False,
+                        "buffer": buffer.state(),
+                    },
                 )
                 sequence += 1
         except (HookVeto, asyncio.CancelledError):
@@ -793,6 +807,10 @@ class LLMClient:
         finally:
             if pending is not None and not pending.done():
                 pending.cancel()
+            if not streamed:
+                # Cancelled or failed mid-stream: close the provider's response now, not
+                # when it is garbage collected (the server sees the request dropped).
+                await _close_stream(response)
         await release(buffer.finish())
         if _provider_sent_no_finish_reason(response):
             finish_reason = (
@@ -821,6 +839,16 @@ class LLMClient:
             finish_reason=finish_reason,
             thinking="".join(thinking) or None,
         )
+
+
+async def _close_stream(response: Any) -> None:
+    """Close a streamed response (litellm's stream wrapper), briefly and quietly."""
+    close = getattr(response, "aclose", None)
+    if close is None:
+        return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(_STREAM_CLOSE_S):
+            await close()
 
 
 def _reasoning(message: Any) -> str | None:

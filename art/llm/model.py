@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from art.llm.provider import load_litellm
+
 __all__ = ["LiteLLMModel", "Model", "model_name"]
 
 
@@ -35,9 +37,7 @@ class LiteLLMModel:
         return f"LiteLLMModel({self.model!r})"
 
     async def acompletion(self, **request: Any) -> Any:
-        from art.llm.client import _litellm
-
-        return await _litellm().acompletion(**request)
+        return await load_litellm().acompletion(**request)
 
 
 def model_name(model: str | Model | None) -> str | None:

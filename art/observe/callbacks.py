@@ -25,9 +25,9 @@ Event → callback:
 
 and, for a UI:
 
-    on_spinner_start(message)   the run starts waiting on something: "Planning",
-                                "Running 3 steps", "Writing the answer" (a later call
-                                changes the message of the spinner already shown)
+    on_spinner_start(message)   the run starts waiting on something: "Planning" (after
+                                on_agent_start), "Running 3 steps", "Writing the answer"
+                                (a later call changes the message of the spinner shown)
     on_spinner_stop()           once per run: when the answer starts to stream, or when
                                 the run ends without one (before on_agent_end)
     on_answer_stream(stream)    when the answer starts: `stream` is an async iterator of
@@ -49,6 +49,9 @@ from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
 from art.core.usage import TokenUsage
+from art.errors import ConfigurationError
+from art.observe.errors import error_data
+from art.observe.events import scope_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -169,8 +172,6 @@ class CallbackAdapter:
     def __init__(self, callbacks: Any) -> None:
         found = [name for name in CALLBACK_NAMES if callable(getattr(callbacks, name, None))]
         if not found:
-            from art.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"callbacks must be an AgentCallbacks or have at least one of "
                 f"{', '.join(CALLBACK_NAMES)}; got {type(callbacks).__name__}"
@@ -201,17 +202,18 @@ class CallbackAdapter:
     async def _report(self, exc: BaseException, context: EventContext) -> None:
         log.warning("callback failed", event_name=context.name, error=repr(exc))
         if context.name != "error" and self._bus is not None:
-            from art.observe.events import scope_of
-
             await self._bus.emit(
                 "error",
-                {
-                    "source": "callbacks",
-                    "event": context.name,
-                    "error_type": type(exc).__name__,
-                    "message": str(exc),
-                    "recoverable": True,
-                },
+                error_data(
+                    "callbacks",
+                    "CALLBACK_FAILED",
+                    str(exc),
+                    recoverable=True,
+                    event_type=context.name,
+                    suggestion="fix the callback; the run went on without it",
+                    event=context.name,
+                    error_type=type(exc).__name__,
+                ),
                 thread_id=context.thread_id,
                 run_id=context.run_id,
                 span=context.span,
@@ -223,11 +225,14 @@ class CallbackAdapter:
         name, span = context.name, context.span
         if "on_trace" in self._has:
             await self._call("on_trace", name, data)
+        starting = name == "session:start"
+        if starting:  # seed 000: the agent starts, then its spinner
+            await self._call("on_agent_start", span, data.get("query", ""))
         if context.run_id is not None and self._has & _UI_CALLBACKS:
             await self._ui_callbacks(context, data)
-        if name == "session:start":
-            await self._call("on_agent_start", span, data.get("query", ""))
-        elif name == "session:end":
+        if starting:
+            return
+        if name == "session:end":
             await self._call("on_agent_end", span, data.get("answer") or "")
         elif name == "message:before":
             await self._call("on_llm_start", span, data.get("model", ""), data.get("messages", []))

@@ -19,6 +19,7 @@ from pydantic import Field
 from art.core.log import get_logger
 from art.core.models import ArtModel
 from art.core.spans import SpanContext, SpanIds
+from art.observe.errors import error_data
 
 log = get_logger("art.observe.events")
 
@@ -297,14 +298,17 @@ class EventBus:
             return
         await self.emit(
             "error",
-            {
-                "source": "hook",
-                "event": name,
-                "hook": hook_name,
-                "error_type": type(exc).__name__,
-                "message": str(exc),
-                "recoverable": True,
-            },
+            error_data(
+                "hook",
+                "HOOK_FAILED",
+                str(exc),
+                recoverable=True,
+                event_type=name,
+                suggestion=f"fix the hook {hook_name}; the run went on without it",
+                event=name,
+                hook=hook_name,
+                error_type=type(exc).__name__,
+            ),
             thread_id=context.thread_id,
             run_id=context.run_id,
             span=context.span,

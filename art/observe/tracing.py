@@ -14,21 +14,21 @@ per LLM call). Start and end times are the events' timestamps.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from art.core.serialization import safe_stringify
+from art.core.version import __version__
 from art.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
     from art.core.spans import SpanContext
-    from art.instance import ArtInstance
-    from art.observe.events import Event
+    from art.observe.events import Event, EventBus
 
 __all__ = ["TracingSubscription", "enable_tracing"]
 
@@ -50,8 +50,15 @@ def _require_otel() -> Any:
     return trace
 
 
+class Traceable(Protocol):
+    """What `enable_tracing` records: anything with an event bus (an `ArtInstance`)."""
+
+    @property
+    def events(self) -> EventBus: ...
+
+
 def enable_tracing(
-    instance: ArtInstance,
+    instance: Traceable,
     tracer_provider: TracerProvider | None = None,
     *,
     capture_content: bool = False,
@@ -65,8 +72,6 @@ def enable_tracing(
     Raises ConfigurationError when OpenTelemetry is not installed.
     """
     trace = _require_otel()
-    from art import __version__
-
     provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
     mapper = SpanMapper(provider.get_tracer("art", __version__), capture_content=capture_content)
     unsubscribe = instance.events.subscribe(mapper.handle)
@@ -481,19 +486,6 @@ def _reset_quietly(token: Any) -> None:
         token.var.reset(token)
 
 
-def current_traceparent() -> str | None:
-    """The W3C traceparent of the current OpenTelemetry span, or None when there is none
-    (or OpenTelemetry was never imported, as without tracing)."""
-    if "opentelemetry.trace" not in sys.modules:
-        return None
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return None
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-
-
 def _span_context_of(traceparent: object) -> Any:
     """The remote OTel SpanContext a W3C traceparent names, or None if it is not one."""
     if not isinstance(traceparent, str):
@@ -529,6 +521,4 @@ def _error_text(data: dict[str, Any]) -> str:
 
 
 def _short_json(value: Any, limit: int = 2000) -> str:
-    from art.core.serialization import safe_stringify
-
     return safe_stringify(value, max_length=limit)

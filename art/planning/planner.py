@@ -25,14 +25,21 @@ from pydantic_core import from_json
 
 from art.config import ExecutionConfig, Persona
 from art.core.log import get_logger
-from art.core.serialization import context_text, escape_unencodable_data
+from art.core.serialization import context_text, escape_unencodable_data, safe_stringify
 from art.errors import PlanError
+from art.llm.client import (
+    LLMClient,
+    LLMPhase,
+    context_window,
+    count_tokens,
+    supports_response_schema,
+)
+from art.observe.errors import error_data
 from art.planning.output_schemas import output_sketch, step_output_schema
 from art.planning.plans import Plan, validate_plan
 
 if TYPE_CHECKING:
     from art.engine.context import RunContext
-    from art.llm.client import LLMClient, LLMPhase
     from art.planning.stream import StepArrivals
     from art.responses import ConversationMessage, StepRecord
     from art.tooling.contract import ToolExample, ToolSchema
@@ -45,6 +52,7 @@ __all__ = [
     "parse_plan",
     "plan_json_schema",
     "plan_response_format",
+    "questions",
     "render_demonstrations",
     "render_planning_messages",
     "render_replan_messages",
@@ -85,20 +93,99 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
 }
 
 
-def _argument_value_schema(schema: Any) -> dict[str, Any]:
-    """What a constrained decoder may write for one argument.
+# What a reference to a step's output looks like in a plan schema: `_ANY_STEP` stands for
+# any step id (the plan validator checks that the step exists); a positional schema
+# lists the earlier steps' ids instead.
+_ANY_STEP = r"[A-Za-z0-9_\-]+"
+_PATH = r"([.][A-Za-z0-9_]+)*"
+_SCALAR_TYPES = frozenset({"number", "integer", "boolean", "null"})
+# The longest plain string argument of a positional (grammar) plan schema.
+_STRICT_STRING_CHARS = 100
+# Keywords of a scalar's schema a constrained decoder can honour.
+_SCALAR_KEYWORDS = ("type", "enum", "const", "minimum", "maximum")
 
-    Only plain strings keep their type: any other value may be a "{{s1.output}}"
-    reference, which is a string, and a nested schema may hold `$ref`s that mean
-    nothing outside the tool's own schema. The plan validator checks the real types.
+
+def _reference(steps: str, path: str = _PATH) -> str:
+    return r"\{\{(" + steps + r")[.]output" + path + r"\}\}"
+
+
+def _whole_reference(steps: str, path: str) -> dict[str, Any]:
+    """A string that is exactly one reference: it keeps the referenced value's type."""
+    return {"type": "string", "pattern": "^" + _reference(steps, path) + "$"}
+
+
+def _argument_value_schema(
+    schema: Any, steps: str | None = _ANY_STEP, path: str = _PATH, *, strict: bool = False
+) -> dict[str, Any]:
+    """What a constrained decoder may write for one argument: the tool's type (with its
+    enum, bounds, item and property types), or, where `steps` can be referenced, a
+    `{{sN.output}}` reference standing for the whole value.
+
+    `strict` makes plain strings unable to hold braces other than references to
+    `steps` (a positional schema: a grammar then cannot write an unknown reference).
+    A schema this cannot read (`$ref`, combinators) allows any value; the plan
+    validator checks it.
     """
-    if isinstance(schema, Mapping) and schema.get("type") == "string" and "enum" not in schema:
-        return {"type": "string"}
-    return {}
+    if not isinstance(schema, Mapping):
+        return {}
+    typed = _typed_value_schema(schema, steps, path, strict=strict)
+    if typed is None:
+        return {}
+    if steps is None or _is_plain_string(schema):
+        return typed  # a plain string holds references inline
+    return {"anyOf": [typed, _whole_reference(steps, path)]}
 
 
-def _arguments_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The argument names a tool declares; any names when it explicitly allows more."""
+def _is_plain_string(schema: Mapping[str, Any]) -> bool:
+    return schema.get("type") == "string" and not ({"enum", "const", "pattern"} & schema.keys())
+
+
+def _typed_value_schema(
+    schema: Mapping[str, Any], steps: str | None, path: str, *, strict: bool
+) -> dict[str, Any] | None:
+    if {"$ref", "anyOf", "oneOf", "allOf", "not"} & schema.keys():
+        return None
+    if "enum" in schema or "const" in schema:
+        return {key: schema[key] for key in ("enum", "const") if key in schema}
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        alternatives = [_typed_value_schema({"type": t}, steps, path, strict=strict) for t in kind]
+        return {"anyOf": [alternative or {} for alternative in alternatives]}
+    if kind in _SCALAR_TYPES:
+        return {key: schema[key] for key in _SCALAR_KEYWORDS if key in schema}
+    if kind == "string":
+        if "pattern" in schema or "format" in schema:
+            return {"type": "string"}  # the validator checks the pattern
+        if not strict:
+            return {"type": "string"}
+        # No braces but references, no quote, backslash or control character (JSON
+        # would need escapes, which small models get wrong).
+        text = r'[^{}"\\\x00-\x1F]'
+        inline = f"({text}|{_reference(steps, path)})" if steps else text
+        # Bounded: a small model can repeat one character until its token limit, and a
+        # reply cut there is not a plan.
+        least = 1 if schema.get("minLength", 0) else 0
+        return {"type": "string", "pattern": f"^{inline}{{{least},{_STRICT_STRING_CHARS}}}$"}
+    if kind == "array":
+        items = schema.get("items")
+        shown: dict[str, Any] = {"type": "array"}
+        if isinstance(items, Mapping):
+            shown["items"] = _argument_value_schema(items, steps, path, strict=strict)
+        return shown
+    if kind == "object" or "properties" in schema:
+        return _arguments_schema(schema, steps, path, strict=strict)
+    return None
+
+
+def _arguments_schema(
+    input_schema: Mapping[str, Any],
+    steps: str | None = _ANY_STEP,
+    path: str = _PATH,
+    *,
+    strict: bool = False,
+) -> dict[str, Any]:
+    """The argument names a tool declares, each with its type; any names when it
+    explicitly allows more."""
     properties = input_schema.get("properties")
     if not isinstance(properties, Mapping) or input_schema.get("additionalProperties") not in (
         None,
@@ -108,60 +195,132 @@ def _arguments_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
     required = [name for name in input_schema.get("required", ()) if name in properties]
     return {
         "type": "object",
-        "properties": {name: _argument_value_schema(sub) for name, sub in properties.items()},
+        "properties": {
+            name: _argument_value_schema(sub, steps, path, strict=strict)
+            for name, sub in properties.items()
+        },
         "required": required,
         "additionalProperties": False,
     }
 
 
-def _step_schema(tool: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+def _step_schema(
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    step_id: dict[str, Any] | None = None,
+    depends_on: dict[str, Any] | None = None,
+    description: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     # Every key required, in this order: constrained decoders write required keys first,
     # so an optional description would come after the arguments, where small models ramble.
     return {
         "type": "object",
         "properties": {
-            "id": {"type": "string"},
-            "description": _label(),
+            "id": step_id or {"type": "string"},
+            "description": description or _label(),
             "tool": tool,
             "args": args,
-            "dependsOn": {"type": "array", "items": {"type": "string"}},
+            "dependsOn": depends_on or {"type": "array", "items": {"type": "string"}},
         },
         "required": ["id", "description", "tool", "args", "dependsOn"],
         "additionalProperties": False,
     }
 
 
-def plan_json_schema(registry: ToolRegistry) -> dict[str, Any]:
+def _step_variants(
+    registry: ToolRegistry,
+    steps: str | None = _ANY_STEP,
+    path: str = _PATH,
+    *,
+    step_id: dict[str, Any] | None = None,
+    depends_on: dict[str, Any] | None = None,
+    description: dict[str, Any] | None = None,
+    strict: bool = False,
+) -> dict[str, Any]:
+    variants = [
+        _step_schema(
+            {"const": schema.name},
+            _arguments_schema(schema.input_schema or {}, steps, path, strict=strict),
+            step_id,
+            depends_on,
+            description,
+        )
+        for schema in registry.schemas()
+    ]
+    reasoning_args: dict[str, Any] = {"const": {}} if strict else {"type": "object"}
+    variants.append(
+        _step_schema({"type": "null"}, reasoning_args, step_id, depends_on, description)
+    )
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def plan_json_schema(
+    registry: ToolRegistry, *, max_steps: int | None = None, descriptions: Sequence[str] = ()
+) -> dict[str, Any]:
     """The plan schema for the tools in `registry`: one step shape per tool.
 
     A step names a registered tool (or null, a reasoning step) and writes that tool's
-    argument names, so a constrained decoder cannot invent a tool or an argument name;
-    small local models otherwise do exactly that. `PLAN_JSON_SCHEMA` is the same
-    shape without the tools.
+    arguments with their types, enums and required names, or a `{{sN.output}}`
+    reference where a value may come from another step, so a constrained decoder cannot
+    invent a tool, an argument or a type; small local models otherwise do exactly that.
+
+    With `max_steps`, the schema is positional, for decoders that enforce all of it (the
+    in-process models' grammars): at most `max_steps` steps with the ids s1, s2, ... in
+    order, each depending on and referencing earlier steps only (the whole output, no
+    field path), so every plan it allows passes validation. With `descriptions` too (the
+    questions of a request that asks several), the first steps are described by them, one
+    each, in order: the model then writes one step per question. `PLAN_JSON_SCHEMA` is
+    the shape without the tools.
     """
-    variants = [
-        _step_schema({"const": schema.name}, _arguments_schema(schema.input_schema or {}))
-        for schema in registry.schemas()
-    ]
-    variants.append(_step_schema({"type": "null"}, {"type": "object"}))
-    steps = variants[0] if len(variants) == 1 else {"anyOf": variants}
+    if max_steps is None:
+        steps: dict[str, Any] = {"type": "array", "items": _step_variants(registry)}
+    else:
+        positions = []
+        for index in range(1, max_steps + 1):
+            earlier = [f"s{n}" for n in range(1, index)]
+            positions.append(
+                _step_variants(
+                    registry,
+                    "|".join(earlier) or None,
+                    "",
+                    step_id={"const": f"s{index}"},
+                    description=(
+                        {"const": _clip(descriptions[index - 1], _LABEL_CHARS)}
+                        if index <= len(descriptions)
+                        else None
+                    ),
+                    depends_on=(
+                        {"type": "array", "items": {"enum": earlier}, "maxItems": len(earlier)}
+                        if earlier
+                        else {"const": []}
+                    ),
+                    strict=True,
+                )
+            )
+        # Any prefix of the positions: art.adapters.local turns this into a grammar.
+        steps = {
+            "type": "array",
+            "prefixItems": positions,
+            "items": False,
+            "minItems": min(len(descriptions), max_steps),
+        }
     return {
         "type": "object",
-        "properties": {
-            "intent": _label(),
-            "title": _label(),
-            "steps": {"type": "array", "items": steps},
-        },
+        "properties": {"intent": _label(), "title": _label(), "steps": steps},
         "required": ["intent", "title", "steps"],
         "additionalProperties": False,
     }
 
 
-def plan_response_format(registry: ToolRegistry) -> dict[str, Any]:
-    """The `response_format` of a planning call over the tools in `registry`."""
+def plan_response_format(
+    registry: ToolRegistry, *, max_steps: int | None = None, descriptions: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The `response_format` of a planning call over the tools in `registry` (positional
+    with `max_steps`, see `plan_json_schema`)."""
+    schema = plan_json_schema(registry, max_steps=max_steps, descriptions=descriptions)
     return {
         "type": "json_schema",
-        "json_schema": {"name": "plan", "schema": plan_json_schema(registry), "strict": False},
+        "json_schema": {"name": "plan", "schema": schema, "strict": False},
     }
 
 
@@ -362,23 +521,83 @@ def render_demonstrations(registry: ToolRegistry, query: str = "") -> list[dict[
     candidates.sort(key=lambda item: (item[0], item[1]))
     messages: list[dict[str, Any]] = []
     for _score, _position, schema, example in candidates[-_DEMONSTRATIONS:]:
-        request = " ".join((example.description or "").split())
-        plan = {
-            "intent": _clip(request, _LABEL_CHARS),
-            "title": _clip(request, _LABEL_CHARS),
-            "steps": [
-                {
-                    "id": "s1",
-                    "description": f"Use {schema.name}",
-                    "tool": schema.name,
-                    "args": example.input,
-                    "dependsOn": [],
-                }
-            ],
-        }
-        messages.append({"role": "user", "content": f"Request: {request}"})
-        messages.append({"role": "assistant", "content": _compact_json(plan)})
+        messages += _demonstration([(schema, example)])
+    if _asks_several(query):
+        # A request of several questions gets one step per question: small models copy
+        # the shape of the nearest demonstration, so the nearest has two.
+        pairs = [
+            (_likeness(query_words, schema, example), -position, schema, example)
+            for position, schema in enumerate(registry.schemas())
+            for example in schema.examples
+            if example.description and not registry.validate_input(schema.name, example.input)
+        ]
+        pairs.sort(key=lambda item: (item[0], item[1]))
+        if len(pairs) >= 2:
+            messages += _demonstration([(schema, example) for *_, schema, example in pairs[-2:]])
     return messages
+
+
+# "..., and what is ...", "...? How ...": where a request holding several questions
+# moves on to the next one.
+_NEXT_QUESTION = re.compile(
+    r"(?:[,;]\s*and\s+|\?\s+)(?=(?:what|how|which|who|where|when|is|are|do|does)\b)",
+    re.IGNORECASE,
+)
+
+
+def questions(request: str) -> list[str]:
+    """The questions a request asks, each on its own ("What is 17 * 23 + 12, and what
+    is the square root of 1764?" asks two); a request of one question gives one."""
+    parts = [part.strip(" ,;") for part in _NEXT_QUESTION.split(request.strip())]
+    parts = [part for part in parts if part]
+    if len(parts) < 2:
+        return [request.strip()]
+    return [part[:1].upper() + part[1:].rstrip("?") + "?" for part in parts]
+
+
+def _asks_several(query: str) -> bool:
+    return len(questions(query)) > 1
+
+
+def _request_text(request: str) -> str:
+    """The request as the planner reads it: several questions are listed one a line,
+    each after the id of the step that answers it, so that a small model writes one
+    step per question (after `"id":"s2","description":"` it copies what follows `s2:`)."""
+    asked = questions(request)
+    if len(asked) < 2:
+        return f"Request: {request}"
+    listed = "\n".join(f"s{number}: {question}" for number, question in enumerate(asked, 1))
+    return f"Request: {request}\nSteps:\n{listed}"
+
+
+def _demonstration(examples: Sequence[tuple[ToolSchema, ToolExample]]) -> list[dict[str, Any]]:
+    """A request made of the examples' requests, and the plan of one step per example."""
+    requests = [" ".join((example.description or "").split()) for _, example in examples]
+    request = requests[0]
+    for more in requests[1:]:
+        request = f"{request.rstrip('?.!')}, and {more[:1].lower()}{more[1:]}"
+    plan = {
+        "intent": _clip(request, _LABEL_CHARS),
+        "title": _clip(request, _LABEL_CHARS),
+        "steps": [
+            {
+                "id": f"s{index}",
+                # The question the step answers: a model writes the description before
+                # the arguments, and a description of its own question leads to them.
+                "description": _clip(question, _LABEL_CHARS),
+                "tool": schema.name,
+                "args": example.input,
+                "dependsOn": [],
+            }
+            for index, ((schema, example), question) in enumerate(
+                zip(examples, requests, strict=True), start=1
+            )
+        ],
+    }
+    return [
+        {"role": "user", "content": _request_text(request)},
+        {"role": "assistant", "content": _compact_json(plan)},
+    ]
 
 
 def render_planning_messages(
@@ -403,7 +622,7 @@ def render_planning_messages(
         user_parts.append(
             "Earlier in this conversation (use it to understand follow-ups):\n" + earlier
         )
-    user_parts.append(f"Request: {query}")
+    user_parts.append(_request_text(query))
     return [
         {"role": "system", "content": _system_prompt(registry, persona, now, compact, context)},
         *render_demonstrations(registry, query),
@@ -416,11 +635,6 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _stringify(value: Any, max_length: int) -> str:
-    try:
-        from art.core.serialization import safe_stringify
-    except ImportError:  # pragma: no cover - serialization ships with art
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        return _clip(text, max_length)
     return safe_stringify(value, max_length=max_length)
 
 
@@ -702,6 +916,11 @@ def parse_plan(
 # -- the planner --------------------------------------------------------------------------
 
 _UNKNOWN = object()
+# Providers whose decoder enforces the whole response schema as a grammar (the in-process
+# models of art.adapters.local): they get the positional plan schema, in which every plan
+# is valid, for plans of up to _GRAMMAR_STEPS steps. Hosted providers get the compact one.
+_GRAMMAR_PROVIDERS = ("local/",)
+_GRAMMAR_STEPS = 6
 # Context windows up to this size are worth measuring the prompt against.
 _SMALL_WINDOW = 16_384
 
@@ -728,13 +947,20 @@ class Planner:
         self._format: tuple[tuple[str, ...], dict[str, Any]] | None = None
         self._window: Any = _UNKNOWN
 
-    def _response_format(self) -> dict[str, Any] | None:
+    def _response_format(self, query: str | None = None) -> dict[str, Any] | None:
+        """The planning call's schema; `query` is given for a first plan (not a replan,
+        whose steps follow finished ones)."""
         if self._structured is None:
-            from art.llm.client import supports_response_schema
-
             self._structured = supports_response_schema(self.model)
         if not self._structured:
             return None
+        if query is not None and self.model.startswith(_GRAMMAR_PROVIDERS):
+            asked = questions(query)
+            return plan_response_format(
+                self.registry,
+                max_steps=_GRAMMAR_STEPS,
+                descriptions=asked if len(asked) > 1 else (),
+            )
         tools = tuple(self.registry.names())
         if self._format is None or self._format[0] != tools:
             self._format = (tools, plan_response_format(self.registry))
@@ -745,7 +971,7 @@ class Planner:
     ) -> Plan:
         """A valid plan for `query`; raises PlanError (or ModelError from the provider)."""
         messages = self._planning_messages(run, query, history)
-        return await self._plan_and_repair(run, "planning", messages, frozenset())
+        return await self._plan_and_repair(run, "planning", messages, frozenset(), query=query)
 
     async def plan_streamed(
         self,
@@ -757,7 +983,9 @@ class Planner:
         """As `plan`, streaming the reply: each step is handed to `arrivals` as soon as
         its JSON object is complete and valid, and repairs keep the steps handed on."""
         messages = self._planning_messages(run, query, history)
-        return await self._plan_and_repair(run, "planning", messages, frozenset(), arrivals)
+        return await self._plan_and_repair(
+            run, "planning", messages, frozenset(), arrivals, query=query
+        )
 
     def _planning_messages(
         self, run: RunContext, query: str, history: Sequence[ConversationMessage]
@@ -809,14 +1037,10 @@ class Planner:
         half of a small model's context window (the plan and a repair turn need the rest)."""
         messages = render(False)
         if self._window is _UNKNOWN:
-            from art.llm.client import context_window
-
             self._window = context_window(self.model)
         window = self._window
         if not isinstance(window, int) or window > _SMALL_WINDOW:
             return messages
-        from art.llm.client import count_tokens
-
         if count_tokens(self.model, messages) <= window // 2:
             return messages
         return render(True)
@@ -828,9 +1052,11 @@ class Planner:
         messages: list[dict[str, Any]],
         completed: frozenset[str],
         arrivals: StepArrivals | None = None,
+        *,
+        query: str | None = None,
     ) -> Plan:
         attempts = run.config.max_plan_attempts
-        response_format = self._response_format()
+        response_format = self._response_format(query)
         conversation = messages
         problems: list[str] = []
         for attempt in range(1, attempts + 1):
@@ -868,16 +1094,17 @@ class Planner:
             if attempt < attempts:  # the last rejection is the run's own PLAN_INVALID error
                 await run.events.emit(
                     "error",
-                    {
-                        "source": "planning",
-                        "phase": phase,
-                        "code": "PLAN_INVALID",
-                        "message": f"plan rejected (attempt {attempt} of {attempts}); "
+                    error_data(
+                        "planning",
+                        "PLAN_INVALID",
+                        f"plan rejected (attempt {attempt} of {attempts}); "
                         f"asking for a repair: {'; '.join(problems[:5])}",
-                        "problems": problems,
-                        "attempt": attempt,
-                        "recoverable": True,
-                    },
+                        recoverable=True,
+                        phase=phase,
+                        suggestion="the planner is asked to repair its plan",
+                        problems=problems,
+                        attempt=attempt,
+                    ),
                     thread_id=run.thread_id,
                     run_id=run.run_id,
                     span=run.span,

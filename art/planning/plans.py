@@ -24,7 +24,9 @@ from pydantic.alias_generators import to_camel
 
 from art.core.models import ArtModel
 from art.core.serialization import storable_problem
-from art.planning.references import STEP_ID_PATTERN, references_by_argument
+from art.planning.output_schemas import output_path_problem, step_output_schema
+from art.planning.references import STEP_ID_PATTERN, reference_paths, references_by_argument
+from art.tooling.registry import passes_fast_check
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -317,8 +319,6 @@ def validate_plan(
     `completed` holds ids of steps that finished in an earlier plan (replanning): they
     may be depended on and referenced, but not defined again.
     """
-    from art.tooling.registry import passes_fast_check
-
     done = frozenset(completed)
     problems: list[str] = []
     steps = plan.steps
@@ -403,8 +403,6 @@ def validate_plan(
 def _output_reference_problems(plan: Plan, registry: ToolCatalog) -> list[str]:
     """References into the output of a step whose tool declares what it outputs
     (`art.planning.output_schemas`), to a field or index that output cannot have."""
-    from art.planning.output_schemas import step_output_schema
-
     get = getattr(registry, "get", None)
     if not callable(get):
         return []
@@ -418,8 +416,6 @@ def _output_reference_problems(plan: Plan, registry: ToolCatalog) -> list[str]:
             described.setdefault(step.id, (tool.schema.name, schema))
     if not described:
         return []
-    from art.planning.output_schemas import output_path_problem
-    from art.planning.references import reference_paths
 
     problems = []
     for step in plan.steps:

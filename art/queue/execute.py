@@ -19,8 +19,7 @@ from art.responses import RunError, utcnow
 from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, RunState
 
 if TYPE_CHECKING:
-    from art.instance import ArtInstance
-    from art.queue.backend import QueueBackend
+    from art.queue.contract import QueueBackend, QueueRunner
     from art.queue.jobs import JobSpec, TakeOver
     from art.queue.metrics import QueueMetrics
     from art.storage.contract import StorageAdapter
@@ -190,7 +189,7 @@ class RunJob:
 
     def __init__(
         self,
-        instance: ArtInstance,
+        instance: QueueRunner,
         spec: JobSpec,
         *,
         busy_wait_s: float,

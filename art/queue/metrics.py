@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from art.core.version import __version__
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
@@ -51,8 +53,6 @@ class QueueMetrics:
 
     def __init__(self, queue: str, provider: MeterProvider | None = None) -> None:
         from opentelemetry import metrics
-
-        from art import __version__
 
         meter = (provider or metrics.get_meter_provider()).get_meter("art.queue", __version__)
         self.attributes = {"art.queue": queue}

@@ -57,10 +57,10 @@ from procrastinate.jobs import Job, Status
 from procrastinate.schema import SchemaManager
 from psycopg_pool import AsyncConnectionPool
 
-from art.adapters.postgres import fetch_value
+from art.adapters.postgres import fetch_value, redact_url
 from art.core.log import get_logger
 from art.errors import StorageError
-from art.queue.backend import QueueBackend, QueueWorker
+from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import MAX_STORAGE_RETRY_S, RunJob, error_retry_delay, record_take_over
 from art.queue.jobs import (
     WORKER_DIED,
@@ -76,10 +76,11 @@ from art.queue.jobs import (
     job_states_of,
     queued_run_state,
 )
+from art.queue.metrics import queue_metrics
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
-    from art.instance import ArtInstance
+    from art.queue.contract import QueueRunner
     from art.storage.contract import RunState
 
 __all__ = ["TASK", "HandedBack", "ProcrastinateQueue", "ProcrastinateWorker"]
@@ -227,9 +228,7 @@ class ProcrastinateQueue(QueueBackend):
         return [self.config.name, self.alone_queue]
 
     def __repr__(self) -> str:
-        from art.adapters.postgres import _redact
-
-        return f"ProcrastinateQueue({_redact(self.url)!r}, queue={self.config.name!r})"
+        return f"ProcrastinateQueue({redact_url(self.url)!r}, queue={self.config.name!r})"
 
     # -- plumbing -----------------------------------------------------------------
     async def open(self) -> None:
@@ -390,7 +389,7 @@ class ProcrastinateQueue(QueueBackend):
         )
 
     def worker(
-        self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
+        self, instance: QueueRunner, *, name: str | None = None, signals: bool = False
     ) -> ProcrastinateWorker:
         return ProcrastinateWorker(self, instance, name=name, signals=signals)
 
@@ -787,8 +786,6 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
         """Work until stopped. A life of the worker that loses the database, or that the
         others presumed dead, ends; once the database answers, the next one registers anew
         and goes on taking runs: an outage of any length stops no worker."""
-        from art.queue.metrics import queue_metrics
-
         config = self.config
         if self.metrics is None:
             self.metrics = queue_metrics(config.name)

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from art.config import ProcessOptions, QueueConfig
+from art.config import ProcessOptions, QueueConfig, process_options
 from art.core.log import get_logger
 from art.core.spans import new_trace_id
 from art.errors import ConfigurationError, RunErrorCode, StorageError
 from art.queue.backend import QueueWorker, open_backend
-from art.queue.execute import worker_died_error
+from art.queue.execute import mark_cancelled, worker_died_error
 from art.queue.jobs import (
     FINAL_JOB_STATES,
     QUEUED_RUN_STATES,
@@ -33,11 +33,12 @@ from art.queue.jobs import (
     RunStatus,
 )
 from art.responses import RunError, utcnow
-from art.storage.contract import ACTIVE_RUN_STATES, RunRecord
-from art.storage.opening import timestamp_key
+from art.storage.codec import timestamp_key
+from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StorageAdapter
+from art.storage.opening import open_storage
 
 if TYPE_CHECKING:
-    from art.instance import ArtInstance
+    from art.queue.contract import QueueRunner
     from art.storage.contract import StorageAdapter
 
 __all__ = ["RunHandle", "RunQueue"]
@@ -65,12 +66,9 @@ class RunQueue:
         storage: StorageAdapter | str | None = None,
         config: QueueConfig | Mapping[str, Any] | None = None,
         *,
-        instance: ArtInstance | None = None,
+        instance: QueueRunner | None = None,
         sync: SyncRunner | None = None,
     ) -> None:
-        from art.storage.contract import StorageAdapter
-        from art.storage.opening import open_storage
-
         self.storage = open_storage(storage)
         # A storage URL is opened (and closed) here; an adapter belongs to its owner.
         self._owns_storage = instance is None and not isinstance(storage, StorageAdapter)
@@ -165,9 +163,7 @@ class RunQueue:
             raise ConfigurationError("submit needs a non-empty query")
         if not isinstance(thread_id, str) or not thread_id:
             raise ConfigurationError("submit needs a non-empty thread_id")
-        from art.instance import _options
-
-        opts = _options(options)
+        opts = process_options(options)
         if opts.tools and not all(isinstance(tool, str) for tool in opts.tools):
             raise ConfigurationError(
                 "a queued run names its tools (registered on the workers' instance); "
@@ -354,8 +350,6 @@ class RunHandle:
     async def acancel(self) -> bool:
         """Take the run out of the queue, or stop it on its worker (it ends `failed` with code
         CANCELLED, keeping the steps it finished). False if it had already ended."""
-        from art.queue.execute import mark_cancelled
-
         outcome = await self.queue.backend.cancel(self.id)
         if outcome == "missing":
             await _ended_run(self.queue.storage, self.id)  # its job deleted, or no such run

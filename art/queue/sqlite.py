@@ -35,7 +35,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from art.core.log import get_logger
-from art.queue.backend import QueueBackend, QueueWorker
+from art.errors import ConfigurationError
+from art.queue.contract import QueueBackend, QueueWorker
 from art.queue.execute import RunJob, error_retry_delay, record_take_over
 from art.queue.jobs import (
     WORKER_DIED,
@@ -51,12 +52,13 @@ from art.queue.jobs import (
     job_states_of,
     queued_run_state,
 )
+from art.queue.metrics import queue_metrics
 from art.responses import utcnow
-from art.storage.opening import timestamp_key
+from art.storage.codec import timestamp_key
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
-    from art.instance import ArtInstance
+    from art.queue.contract import QueueRunner
 
 __all__ = ["MIGRATIONS", "SQLiteQueue", "SQLiteWorker"]
 
@@ -181,8 +183,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
         found = conn.execute("SELECT COALESCE(MAX(version), 0) FROM queue_schema_version")
         version = found.fetchone()[0]
         if version > len(MIGRATIONS):
-            from art.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"the queue tables are version {version}, newer than this art understands "
                 f"({len(MIGRATIONS)}): upgrade art"
@@ -335,7 +335,7 @@ class SQLiteQueue(QueueBackend):
         return await self._call(read)
 
     def worker(
-        self, instance: ArtInstance, *, name: str | None = None, signals: bool = False
+        self, instance: QueueRunner, *, name: str | None = None, signals: bool = False
     ) -> SQLiteWorker:
         return SQLiteWorker(self, instance, name=name, signals=signals)
 
@@ -668,8 +668,6 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
             loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
-        from art.queue.metrics import queue_metrics
-
         self._loop = asyncio.get_running_loop()
         self._stop.clear()
         if self.metrics is None:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
+from art.queue.backend import open_backend
 from art.queue.schedule import Schedule, run_schedules
 
 if TYPE_CHECKING:
@@ -40,11 +41,9 @@ async def run_worker(
     `started` is called with the worker once it is registered (to stop it, say).
     `schedules` are submitted at their fire times while the worker runs.
     """
-    from art.queue.backend import open_backend
-
     # Opens the storage as the instance's own first run would; a worker started while the
     # database is down waits for it (the others outlive an outage too).
-    await _when_reachable(instance._prepare)
+    await _when_reachable(instance.aopen)
     if signals is None:
         signals = threading.current_thread() is threading.main_thread()
     backend = open_backend(instance.storage, instance.config.queue)

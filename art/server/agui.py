@@ -47,10 +47,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from art.core.serialization import safe_stringify
-from art.engine.phases import display_outputs
 from art.engine.suspension import Decision, apply_decision
 from art.errors import RunErrorCode
-from art.responses import DisplayOutput, StepRecord
+from art.responses import DisplayOutput, StepRecord, display_outputs
 from art.server.context import ServerContext, get_context
 from art.server.principals import Principal, authenticated
 from art.server.problems import Problem

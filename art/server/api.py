@@ -14,11 +14,10 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from art.engine.phases import display_outputs
 from art.engine.suspension import Decision
-from art.errors import ForkError, ThreadBusyError
+from art.errors import ForkError, ModelError, ThreadBusyError
 from art.planning.plans import Plan
-from art.responses import AgentFinalResponse
+from art.responses import AgentFinalResponse, display_outputs
 from art.server.context import ServerContext, get_context
 from art.server.models import (
     DecisionRequest,
@@ -599,8 +598,6 @@ async def make_plan(body: PlanRequest, ctx: Context, caller: Caller) -> Response
     try:
         plan: Plan = await ctx.instance.aplan(body.query, body.thread_id)
     except Exception as exc:
-        from art.errors import ModelError
-
         if isinstance(exc, ModelError):
             raise Problem(502, f"the model failed: {exc.message}", code=str(exc.code)) from None
         raise

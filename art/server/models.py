@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from art.core.models import ArtModel
 from art.core.redaction import Secrets
+from art.core.serialization import safe_stringify
 from art.instance import ThreadState
 from art.planning.plans import Plan
 from art.responses import ConversationMessage, DisplayOutput
@@ -212,8 +213,6 @@ class PlanResource(ArtModel):
 
 def _fallback(value: Any) -> Any:
     """Values JSON cannot carry (a tool's arbitrary object) are sent as text."""
-    from art.core.serialization import safe_stringify
-
     return safe_stringify(value)
 
 

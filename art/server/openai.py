@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import ServerSentEvent
 from starlette.responses import JSONResponse, Response
 
+from art.engine.suspension import suspended_message
 from art.server.context import ServerContext, get_context
 from art.server.principals import Principal, authenticated
 from art.server.problems import Problem
@@ -224,8 +225,6 @@ async def _chunks(
 
 async def _waiting_text(ctx: ServerContext, thread_id: str, run_id: str | None) -> str:
     """What a suspended run waits for, and where to decide it."""
-    from art.engine.suspension import suspended_message
-
     pending = await ctx.instance.storage.list_suspensions(thread_id)
     pending = [s for s in pending if s.run_id == run_id]
     hint = (

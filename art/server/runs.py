@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 from art.core.log import get_logger
 from art.engine.suspension import Decision
-from art.errors import ArtError, RunErrorCode
+from art.errors import ArtError, RunErrorCode, ThreadBusyError
 from art.instance import ArtInstance
 from art.observe.events import Event
-from art.responses import AgentFinalResponse
+from art.responses import AgentFinalResponse, RunError, utcnow
 from art.server.journal import EventJournal
 from art.server.problems import Problem
 from art.server.webhooks import WebhookSender
@@ -334,7 +334,6 @@ class RunManager:
             raise Problem(
                 409, f"run {run_id!r} has ended (status {record.status})", code="RUN_ENDED"
             )
-        from art.errors import ThreadBusyError
 
         try:
             async with storage.lease(thread_id):
@@ -351,8 +350,6 @@ class RunManager:
         return record
 
     async def _mark_cancelled(self, record: RunRecord, reason: str) -> None:
-        from art.responses import RunError, utcnow
-
         storage = self.instance.storage
         error = RunError(code=RunErrorCode.CANCELLED, message=reason)
         record.status = "failed"

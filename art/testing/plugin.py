@@ -57,3 +57,36 @@ def plan_snapshot(snapshot: Any) -> Any:
     from art.testing.snapshots import PlanSnapshotExtension
 
     return snapshot.use_extension(PlanSnapshotExtension)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "art_dataset(path): run the test once per case of an art evaluation dataset, the "
+        "case given as its `eval_case` argument (docs/evaluation.md)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`@pytest.mark.art_dataset(path)` on a test taking `eval_case`: one test per case,
+    named by the case (a relative path is found next to the test file)."""
+    if "eval_case" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("art_dataset")
+    if marker is None or not marker.args:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: a test taking eval_case needs "
+            "@pytest.mark.art_dataset(path)"
+        )
+    from pathlib import Path
+
+    from art.evaluation.dataset import load_dataset
+
+    path = Path(marker.args[0])
+    if not path.is_absolute():
+        beside = Path(str(metafunc.definition.path)).parent / path
+        path = beside if beside.exists() else path
+    dataset = load_dataset(path)
+    metafunc.parametrize(
+        "eval_case", dataset.cases, ids=[case.name for case in dataset.cases], scope="function"
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -101,6 +102,9 @@ class ProviderRequest:
     headers: dict[str, str]
     body: Any
     received_at: float
+    # When the client closed the connection before the reply was complete (a cancelled
+    # call, a client-side timeout): time.monotonic(), or None while it stays.
+    dropped_at: float | None = None
 
     @property
     def api(self) -> str:
@@ -218,6 +222,11 @@ class FakeProvider:
         with self._lock:
             self._queue.extend(replies)
 
+    @property
+    def dropped(self) -> list[ProviderRequest]:
+        """The requests whose client hung up before their reply was complete."""
+        return [request for request in self.requests if request.dropped_at is not None]
+
     def requests_to(self, api: str) -> list[ProviderRequest]:
         """The logged requests of one API (`openai`, `anthropic` or `ollama`)."""
         return [request for request in self.requests if request.api == api]
@@ -233,6 +242,11 @@ class FakeProvider:
     def _wait(self, seconds: float) -> bool:
         """Sleep; False when the server is closing (the caller stops answering)."""
         return not self._closing.wait(seconds) if seconds > 0 else not self._closing.is_set()
+
+
+#: How often a reply that waits (a Hang, a slow or stalled stream) looks for a client
+#: that hung up.
+_DROP_POLL_S = 0.01
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -275,13 +289,44 @@ class _Handler(BaseHTTPRequestHandler):
             received_at=time.monotonic(),
         )
         reply = self.owner._take(request)
+        self._request = request
         try:
             if reply is None:  # e.g. Ollama's /api/show, which litellm asks for model info
                 self._send_json(404, {"error": f"no route {path}"})
                 return
             self._answer(_api_of(path), request, reply)
         except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client gave up (a timeout): nothing to do
+            self._dropped()  # the client gave up (a timeout, a cancel): nothing to do
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait `seconds` for the reply's next part; False when the server is closing or
+        the client hung up (then noted on the request): the caller stops answering."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self._client_gone():
+                self._dropped()
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self.owner._wait(0)
+            if not self.owner._wait(min(left, _DROP_POLL_S)):
+                self.close_connection = True
+                return False
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (it sends nothing while it waits for us)."""
+        connection = self.connection
+        try:
+            readable, _, _ = select.select([connection], [], [], 0)
+            return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _dropped(self) -> None:
+        self.close_connection = True
+        request = getattr(self, "_request", None)
+        if request is not None and request.dropped_at is None:
+            request.dropped_at = time.monotonic()
 
     # -- replies -------------------------------------------------------------------------
 
@@ -296,7 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(api, HTTPStatus(400, message=message))
             return
         if isinstance(reply, Hang):
-            if not owner._wait(reply.seconds):
+            if not self._wait(reply.seconds):
                 self.close_connection = True
                 return
             reply = reply.then
@@ -379,10 +424,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True  # no terminating chunk: the body is cut
                     return
                 if reply.stall_after_chunks is not None and sent >= reply.stall_after_chunks:
-                    self.owner._closing.wait()  # silent until the server closes
+                    while self._wait(3600):  # silent until the server closes or the client goes
+                        pass
                     self.close_connection = True
                     return
-                if not self.owner._wait(reply.chunk_delay_s):
+                if not self._wait(reply.chunk_delay_s):
                     self.close_connection = True
                     return
                 sent += 1

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from art.llm.client import _litellm
+from art.llm.provider import load_litellm
 
 if TYPE_CHECKING:
     from litellm.llms.custom_llm import CustomLLM
@@ -225,7 +225,7 @@ class ScriptedModel:
         """Make `self.model` callable through litellm (done by the constructor)."""
         if self._registered:
             return self
-        litellm = _litellm()
+        litellm = load_litellm()
         from litellm.utils import custom_llm_setup
 
         litellm.custom_provider_map.append(
@@ -241,7 +241,7 @@ class ScriptedModel:
         """Remove the provider from litellm. Idempotent."""
         if not self._registered:
             return
-        litellm = _litellm()
+        litellm = load_litellm()
         litellm.custom_provider_map[:] = [
             item for item in litellm.custom_provider_map if item.get("provider") != self.provider
         ]
@@ -256,7 +256,7 @@ class ScriptedModel:
     async def acompletion(self, **request: Any) -> Any:
         """The Model protocol (art.llm.model): the call goes through litellm's provider
         interface, as a call by name does, so every litellm code path runs."""
-        return await _litellm().acompletion(**{**request, "model": self.model})
+        return await load_litellm().acompletion(**{**request, "model": self.model})
 
     def __enter__(self) -> ScriptedModel:
         return self.register()
@@ -351,7 +351,7 @@ class ScriptedModel:
     def _response(
         self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
     ) -> Any:
-        litellm = _litellm()
+        litellm = load_litellm()
         return litellm.ModelResponse(
             model=self.model,
             choices=[
@@ -385,7 +385,7 @@ class ScriptedModel:
         return len(stream_pieces(text)) / self.tokens_per_s
 
     def _build_handler(self) -> CustomLLM:
-        _litellm()  # with art's settings
+        load_litellm()  # with art's settings
         from litellm.llms.custom_llm import CustomLLM
 
         owner = self
@@ -448,7 +448,7 @@ def _provider_exception(error: BaseException, model: ScriptedModel) -> BaseExcep
     """Scripted exceptions are raised as given; litellm maps them like a provider's."""
     if isinstance(error, ScriptError):
         # A missing script is the test's mistake, never worth a retry.
-        litellm = _litellm()
+        litellm = load_litellm()
         refused: BaseException = litellm.BadRequestError(
             str(error), model=model.model, llm_provider=model.provider
         )

@@ -6,39 +6,15 @@ and the Mermaid graph, so a changed plan shows up in review as a readable diff.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator
 from typing import Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from art.planning.plans import Plan
+from art.planning.text import plan_text_diff, render_plan_text
 
-__all__ = ["PlanSnapshotExtension", "render_plan_text"]
-
-
-def render_plan_text(plan: Plan) -> str:
-    """The plan as deterministic, human-readable Markdown (what the snapshot file holds)."""
-    lines = [f"# {plan.title or '(untitled plan)'}", ""]
-    if plan.intent:
-        lines += [f"intent: {plan.intent}", ""]
-    if not plan.steps:
-        lines += ["(no steps: the answer is written directly)", ""]
-    for step in plan.steps:
-        tool = step.tool if step.tool is not None else "(reasoning, no tool)"
-        lines.append(f"## {step.id} · {tool}")
-        lines.append("")
-        if step.description:
-            lines.append(f"description: {step.description}")
-        dependencies = ", ".join(step.all_dependencies) or "(none)"
-        lines.append(f"depends on: {dependencies}")
-        if step.args:
-            arguments = json.dumps(step.args, indent=2, sort_keys=True, ensure_ascii=False)
-            lines += ["args:", "```json", arguments, "```"]
-        else:
-            lines.append("args: (none)")
-        lines.append("")
-    lines += ["```mermaid", plan.to_mermaid(), "```", ""]
-    return "\n".join(lines)
+__all__ = ["PlanSnapshotExtension", "plan_text_diff", "render_plan_text"]
 
 
 def _as_plan(data: Any) -> Plan:
@@ -59,3 +35,6 @@ class PlanSnapshotExtension(SingleFileSnapshotExtension):
 
     def serialize(self, data: Any, **kwargs: Any) -> str:
         return render_plan_text(_as_plan(data))
+
+    def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
+        yield from plan_text_diff(str(snapshot_data), str(serialized_data))

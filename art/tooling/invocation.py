@@ -11,8 +11,8 @@ Contract decisions (docs/tools.md explains them to tool authors):
 
 - A missing or mismatched `call_id` / `tool_name` is flagged as CONTRACT_VIOLATION,
   not silently filled: it means the tool built its result from the wrong call.
-- A blocking tool's suspended result without `metadata["suspension_id"]` gets a
-  fresh id (the engine, not the tool, owns suspension ids).
+- A blocking tool's suspended result without `metadata["suspension_id"]` (or the seed's
+  `suspensionId`, kept as its id) gets a fresh id.
 - An error result without `metadata["error_code"]` gets UNKNOWN, and without
   `metadata["retryable"]` gets False.
 - Whatever a tool returned that carried data ends up in the result's `output`, even
@@ -760,7 +760,8 @@ def _checked(
         return result  # already JSON data (a scalar output, no metadata): nothing to change
     metadata = dict(metadata)  # never edit the tool's own dict (it may reuse its result)
     if result.status == "suspended":
-        metadata.setdefault("suspension_id", uuid.uuid4().hex)
+        # The tool's own id, in either spelling (seed 003 writes `suspensionId`).
+        metadata.setdefault("suspension_id", metadata.get("suspensionId") or uuid.uuid4().hex)
     elif result.status == "error":
         metadata.setdefault("error_code", ToolErrorCode.UNKNOWN.value)
         metadata.setdefault("retryable", False)

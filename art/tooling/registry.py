@@ -28,8 +28,9 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from art.core.serialization import truncate
-from art.errors import ToolRegistrationError
+from art.errors import ConfigurationError, ToolRegistrationError
 from art.tooling.contract import BLOCKING_PROMPT, RUN_ON_APPROVAL, IToolExecutor, ToolSchema
+from art.tooling.functions import tool as function_tool
 
 __all__ = [
     "ALL_TOOLS",
@@ -244,8 +245,6 @@ class ToolRegistry:
                 elif item in self._entries:
                     entries.setdefault(item, self._entries[item])
                 else:
-                    from art.errors import ConfigurationError
-
                     names = ", ".join(self._entries) or "none"
                     raise ConfigurationError(
                         f"unknown tool {item!r} in the run's tools (registered tools: "
@@ -321,8 +320,6 @@ class ToolRegistry:
                 f"register an instance, not the class: {tool.__name__}() instead of {tool.__name__}"
             )
         if callable(tool):
-            from art.tooling.functions import tool as function_tool
-
             try:
                 wrapped: IToolExecutor = function_tool(tool)
                 return wrapped

@@ -221,6 +221,13 @@ REFUSED: dict[type[ast.AST], str] = {
 }
 
 
+def _syntax(exc: SyntaxError) -> str:
+    """Python's reason, with where it is when Python says no more than "invalid syntax"."""
+    if exc.msg == "invalid syntax" and exc.offset:
+        return f"invalid syntax at character {exc.offset}"
+    return exc.msg
+
+
 def evaluate(expression: str) -> Number:
     """The value of `expression`; raises CalculatorError with a clear reason otherwise."""
     if not isinstance(expression, str) or not expression.strip():
@@ -235,7 +242,7 @@ def evaluate(expression: str) -> Number:
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
-        raise CalculatorError(f"invalid syntax: {exc.msg}") from None
+        raise CalculatorError(f"invalid expression {expression!r}: {_syntax(exc)}") from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise CalculatorError(f"cannot parse the expression ({type(exc).__name__})") from None
     try:

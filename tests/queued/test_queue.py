@@ -229,6 +229,7 @@ def test_module_level_submit_uses_the_default_instance(sqlite_directory: Path) -
         try:
             record = art.submit("two plus three", "sums").wait(timeout=10)
         finally:
+            # The default instance is process-wide: forget it, as tests/test_docs.py does.
             from art.api import _reset_default_instance
 
             _reset_default_instance()

@@ -126,7 +126,9 @@ def test_the_operators_execution_config_sets_the_ceilings(
     from typer.testing import CliRunner
 
     from art.cli.app import app
-    from art.server.command import _execution_config
+
+    # Private on purpose: the same parsing `art serve --execution-config` applies.
+    from art.cli.serve import _execution_config
 
     server = make_server()
     server.instance.config.execution_config = _execution_config('{"max_plan_attempts": 8}')

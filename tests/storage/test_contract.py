@@ -568,6 +568,7 @@ async def test_finish_run_is_one_transaction_on_durable_storage(
 
         return wrapped
 
+    # Private on purpose: the fault is injected between the two writes of one transaction.
     if isinstance(storage, sqlite.SQLiteStorage):
         monkeypatch.setattr(sqlite, "_message_insert", failing_second(sqlite._message_insert))
     else:

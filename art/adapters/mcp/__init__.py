@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from art.adapters.mcp.extra import INSTALL_HINT
+
 _EXPORTS: dict[str, str] = {
     "MCPClient": "art.adapters.mcp.client",
     "ServerStatus": "art.adapters.mcp.client",
@@ -32,8 +34,6 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-INSTALL_HINT = 'the MCP support needs the mcp extra: pip install -c constraints.txt "art-pes[mcp]"'
 
 
 def __getattr__(name: str) -> Any:

@@ -27,15 +27,17 @@ from art.adapters.mcp.connection import (
     SampleFn,
     ServerConnection,
 )
+from art.adapters.mcp.extra import INSTALL_HINT
 from art.adapters.mcp.naming import tool_names
+from art.adapters.mcp.tools import MCPTool
 from art.core.log import get_logger
 from art.core.sync import Portal
+from art.core.version import __version__
 from art.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import mcp_types
 
-    from art.adapters.mcp.tools import MCPTool
 
 __all__ = ["MCPClient", "ServerStatus"]
 
@@ -79,13 +81,9 @@ class MCPClient:
         try:
             from mcp_types import Implementation
         except ModuleNotFoundError:
-            from art.adapters.mcp import INSTALL_HINT
-
             raise ConfigurationError(INSTALL_HINT) from None
 
-        import art
-
-        info = Implementation(name="art", version=art.__version__)
+        info = Implementation(name="art", version=__version__)
         self._connections = {
             name: ServerConnection(name, server, info)
             for name, server in self.config.enabled().items()
@@ -252,8 +250,6 @@ class MCPClient:
 
     # -- on the client's loop -----------------------------------------------------------
     async def _start_servers(self) -> None:
-        from art.adapters.mcp.tools import MCPTool
-
         now = time.monotonic()
         waiting = [c for c in self._connections.values() if c.should_start(now)]
         listings = await asyncio.gather(*(c.start() for c in waiting), return_exceptions=True)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from art.adapters.mcp.naming import server_prefixes
 from art.core.log import get_logger
 from art.core.models import ArtModel
 from art.errors import ConfigurationError
@@ -318,7 +319,6 @@ class MCPConfig(ArtModel):
                     f"in the environment (set it, or write ${{{missing.args[0]}:-default}})"
                 ) from None
         config = cls.model_validate({"servers": parsed, "source": source, "refused": refused})
-        from art.adapters.mcp.naming import server_prefixes
 
         server_prefixes(config.servers)  # raises when two names collide once snake_cased
         return config

@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
 
+import art
 from art.core.binary import bytes_to_json
 from art.core.log import get_logger
+from art.errors import ArtError
+from art.tooling.registry import build_validator, input_errors
 
 if TYPE_CHECKING:
     import mcp_types
@@ -187,8 +190,6 @@ def create_mcp_server(instance: ArtInstance, *, name: str = "art") -> Server[Any
     Serve it yourself, or use `serve` / `aserve` / `streamable_http_app`. The instance
     stays yours: close it when the server is done."""
     from mcp.server import Server
-
-    import art
 
     tools = _Tools(instance)
     return Server(
@@ -466,8 +467,6 @@ class _Tools:
                 None,
             )
         except Exception as exc:
-            from art.errors import ArtError
-
             if not isinstance(exc, ArtError):
                 log.exception("MCP tool call failed inside art", tool=name)
                 return _error_result(f"{name} failed: {type(exc).__name__}: {exc}")
@@ -482,8 +481,6 @@ class _Tools:
         return _run_result(response, thread_id, suspensions)
 
     def _problems(self, name: str, args: dict[str, Any]) -> list[str]:
-        from art.tooling.registry import build_validator, input_errors
-
         validator = self._validators.get(name)
         if validator is None:
             validator = self._validators[name] = build_validator(TOOLS[name][1])

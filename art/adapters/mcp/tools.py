@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from art.adapters.mcp.connection import MCPCallError
 from art.core.log import get_logger
@@ -47,11 +47,12 @@ from art.tooling.contract import (
     ToolResult,
     ToolSchema,
 )
+from art.tooling.registry import build_validator
 
 if TYPE_CHECKING:
     import mcp_types
 
-    from art.adapters.mcp.client import MCPClient
+    from art.adapters.mcp.connection import ElicitCallback, LogCallback, ProgressCallback
 
 __all__ = ["MCPTool", "tool_result"]
 
@@ -66,12 +67,26 @@ _ARGUMENTS_REJECTED = re.compile(
 )
 
 
+class ToolCaller(Protocol):
+    """What an `MCPTool` calls its server through (an `MCPClient`)."""
+
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        on_progress: ProgressCallback | None = None,
+        on_log: LogCallback | None = None,
+        on_elicit: ElicitCallback | None = None,
+    ) -> mcp_types.CallToolResult: ...
+
+
 class MCPTool(IToolExecutor):
     """A tool of an MCP server, called through the `MCPClient` that listed it."""
 
     def __init__(
         self,
-        client: MCPClient,
+        client: ToolCaller,
         server: str,
         tool: mcp_types.Tool,
         name: str,
@@ -281,8 +296,6 @@ def _input_schema(server: str, tool: mcp_types.Tool) -> dict[str, Any]:
     """The tool's inputSchema, or a permissive one when it is not valid JSON Schema (the
     server still checks the arguments itself)."""
     from jsonschema.exceptions import SchemaError
-
-    from art.tooling.registry import build_validator
 
     schema = dict(tool.input_schema or {})
     schema.setdefault("type", "object")

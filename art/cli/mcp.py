@@ -1,4 +1,6 @@
-"""What `art mcp` and `art tools` do (art/cli/app.py declares their options and calls these)."""
+"""What `art mcp` and `art tools` do (art/cli/app.py declares their options and calls these).
+
+The MCP SDK is an optional extra: it is imported inside the commands."""
 
 from __future__ import annotations
 
@@ -6,8 +8,21 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from art.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Output,
+    build_instance,
+    builtin_tools,
+    escape,
+    load_instance,
+    load_tools,
+    one_line,
+)
+
 if TYPE_CHECKING:
-    from art.cli.app import Output
     from art.tooling.contract import ToolSchema
 
 __all__ = ["list_tools", "serve_command"]
@@ -30,7 +45,6 @@ async def serve_command(
 ) -> int:
     """`art mcp`: serve an agent over stdio (or Streamable HTTP) until stopped."""
     from art.adapters.mcp.server import aserve
-    from art.cli.app import EXIT_OK, EXIT_USAGE, CliError, _build_instance, load_instance
     from art.server.settings import ServerSettings, keys_from_env
 
     if instance is not None and (model or storage or tools or mcp_config):
@@ -44,7 +58,7 @@ async def serve_command(
     if http:  # refused before anything starts: keys of 16+ characters, loopback without
         ServerSettings(host=host, api_keys=keys, allow_unauthenticated=no_auth).check_exposure()
     inst = (
-        load_instance(instance) if instance else _build_instance(model, storage, tools, mcp_config)
+        load_instance(instance) if instance else build_instance(model, storage, tools, mcp_config)
     )
 
     def ready(line: str) -> None:
@@ -68,11 +82,10 @@ async def serve_command(
 async def list_tools(out: Output, tools: list[str] | None, mcp_config: Path | None) -> int:
     """`art tools`: the tools an agent gets from these options, and how its MCP servers are."""
     from art.adapters.mcp.client import MCPClient
-    from art.cli.app import EXIT_ERROR, EXIT_OK, _builtin_tools, load_tools
     from art.tooling.registry import ToolRegistry
 
     # Registered as the agent would register them: a tool it would refuse is refused here.
-    local = ToolRegistry(load_tools(tools) if tools else _builtin_tools()).schemas()
+    local = ToolRegistry(load_tools(tools) if tools else builtin_tools()).schemas()
     client = MCPClient(mcp_config) if mcp_config is not None else None
     try:
         if client is not None:
@@ -132,8 +145,6 @@ def _mcp_row(tool: Any) -> dict[str, Any]:
 def _print_tools(out: Output, rows: list[dict[str, Any]], servers: list[Any]) -> None:
     from rich.table import Table
 
-    from art.cli.app import _escape, _one_line
-
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("tool", "from", "description"):
         table.add_column(column, overflow="fold" if column == "description" else "ellipsis")
@@ -141,7 +152,7 @@ def _print_tools(out: Output, rows: list[dict[str, Any]], servers: list[Any]) ->
         origin = row["source"]
         if "mcp_tool" in row:
             origin += f" ({row['mcp_tool']})"
-        table.add_row(row["name"], _escape(origin), _escape(_one_line(row["description"], 90)))
+        table.add_row(row["name"], escape(origin), escape(one_line(row["description"], 90)))
     out.console.print(table)
     if not servers:
         return
@@ -149,11 +160,11 @@ def _print_tools(out: Output, rows: list[dict[str, Any]], servers: list[Any]) ->
     for s in servers:
         style = {"running": "green", "failed": "red"}.get(s.state, "dim")
         line = (
-            f"[{style}]{s.state}[/] MCP server [bold]{_escape(s.name)}[/] ({s.transport}: "
-            f"{_escape(s.target)}): {len(s.tools)} tools"
+            f"[{style}]{s.state}[/] MCP server [bold]{escape(s.name)}[/] ({s.transport}: "
+            f"{escape(s.target)}): {len(s.tools)} tools"
         )
         out.console.print(line)
         for tool, reason in s.left_out.items():
-            out.console.print(f"  [dim]left out {_escape(tool)}: {_escape(reason)}[/]")
+            out.console.print(f"  [dim]left out {escape(tool)}: {escape(reason)}[/]")
         if s.error:
-            out.errors.print(f"  [red]{_escape(s.error)}[/]")
+            out.errors.print(f"  [red]{escape(s.error)}[/]")

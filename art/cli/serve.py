@@ -1,4 +1,5 @@
-"""The `art serve` command (registered in art/cli/app.py). Imports the server only when run."""
+"""The `art serve` command (registered in art/cli/app.py). Imports the server (fastapi,
+uvicorn) only when run: they are an optional extra and slow to import."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 from typing import Annotated
 
 import typer
+
+from art.cli.common import CliError, instance_fields
 
 __all__ = ["serve_command"]
 
@@ -198,7 +201,6 @@ def serve_command(
     """Serve the agent over HTTP: a REST API with live event streams (SSE), the AG-UI
     protocol at /ag-ui, an OpenAI-compatible /v1/chat/completions, and the run inspector
     at /. Docs: docs/server.md"""
-    from art.cli.app import CliError, instance_fields
     from art.errors import ConfigurationError
 
     try:
@@ -256,7 +258,6 @@ def serve_command(
 def _execution_config(text: str) -> object:
     import json
 
-    from art.cli.app import CliError
     from art.config import ExecutionConfig
 
     try:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from art.cli.app import (
+from art.cli.checks import non_negative_seconds, positive_seconds
+from art.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_SUSPENDED,
@@ -23,8 +24,14 @@ from art.cli.app import (
     Output,
     StorageOption,
     ToolsOption,
+    build_instance,
+    exit_with,
+    format_seconds,
+    format_when,
+    guard,
+    load_instance,
+    status_text,
 )
-from art.cli.checks import non_negative_seconds, positive_seconds
 
 if TYPE_CHECKING:
     from art.config import QueueConfig
@@ -67,7 +74,6 @@ def submit(
     json_output: JsonOption = False,
 ) -> None:
     """Queue QUERY for a worker and print the run's id (with --wait, its end)."""
-    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
@@ -99,7 +105,7 @@ def submit(
             _print_ended(out, record)
         return _EXIT_BY_STATUS.get(record.status, EXIT_ERROR)
 
-    _exit(_guard(out, do_submit))
+    exit_with(guard(out, do_submit))
 
 
 def worker(
@@ -174,7 +180,6 @@ def worker(
     ] = None,
 ) -> None:
     """Run queued runs until stopped (SIGTERM / Ctrl-C: running runs end or go back)."""
-    from art.cli.app import _build_instance, _exit, _guard, load_instance
 
     out = Output(json=False)
     changes = {
@@ -201,7 +206,7 @@ def worker(
                 )
             inst = load_instance(instance)
         else:
-            inst = _build_instance(model, storage, tools)
+            inst = build_instance(model, storage, tools)
         inst.config.queue = _queue_config(None, base=inst.config.queue, **changes)
         async with inst:
             await run_worker(
@@ -213,7 +218,7 @@ def worker(
         out.errors.print("[dim]worker stopped[/]")
         return EXIT_OK
 
-    _exit(_guard(out, serve))
+    exit_with(guard(out, serve))
 
 
 def workers(
@@ -222,7 +227,6 @@ def workers(
     json_output: JsonOption = False,
 ) -> None:
     """Show the queue: runs waiting and by state, and every worker with its heartbeat."""
-    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
 
@@ -240,7 +244,7 @@ def workers(
             _print_stats(out, stats, where)
         return EXIT_OK
 
-    _exit(_guard(out, show))
+    exit_with(guard(out, show))
 
 
 RunIdArgument = Annotated[
@@ -270,7 +274,6 @@ def runs(
 ) -> None:
     """List the queue's runs, newest first, with their attempts (worker, start, end, how
     each ended)."""
-    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
 
@@ -285,7 +288,7 @@ def runs(
             _print_runs(out, found)
         return EXIT_OK
 
-    _exit(_guard(out, show))
+    exit_with(guard(out, show))
 
 
 def cancel(
@@ -375,7 +378,6 @@ def _print_submitted(out: Output, run_id: str, thread_id: str, stats: QueueStats
 
 
 def _print_ended(out: Output, record: Any) -> None:
-    from art.cli.app import _status_text
 
     if record.error is not None:
         out.errors.print(f"[red bold]error[/] [red]{record.error.code}[/]: {record.error.message}")
@@ -383,15 +385,13 @@ def _print_ended(out: Output, record: Any) -> None:
         from rich.markdown import Markdown
 
         out.console.print(Markdown(record.answer))
-    line = _status_text(record.status)
+    line = status_text(record.status)
     line.append(f"  run {record.run_id} · thread {record.thread_id}", style="dim")
     out.console.print(line)
 
 
 def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
     from rich.table import Table
-
-    from art.cli.app import _seconds, _when
 
     jobs = ", ".join(f"{count} {state}" for state, count in sorted(stats.jobs.items()))
     out.console.print(
@@ -412,9 +412,9 @@ def _print_stats(out: Output, stats: QueueStats, where: str) -> None:
             w.host or "-",
             str(w.pid or "-"),
             str(w.running),
-            f"{_seconds(w.heartbeat_age_s)} ago",
+            f"{format_seconds(w.heartbeat_age_s)} ago",
             state,
-            _when(w.started_at),
+            format_when(w.started_at),
         )
     out.console.print(table)
 
@@ -430,7 +430,6 @@ _NOT_DONE = {
 def _act_on_run(
     run_id: str, storage: str | None, queue: str | None, json_output: bool, action: str
 ) -> None:
-    from art.cli.app import _exit, _guard
 
     out = Output(json=json_output)
 
@@ -455,13 +454,11 @@ def _act_on_run(
             out.errors.print(f"run {run_id}: not {_DONE[action]}: {_NOT_DONE[action]}")
         return EXIT_OK if done else EXIT_ERROR
 
-    _exit(_guard(out, act))
+    exit_with(guard(out, act))
 
 
 def _print_runs(out: Output, found: list[Any]) -> None:
     from rich.table import Table
-
-    from art.cli.app import _when
 
     if not found:
         out.console.print("[dim]No runs.[/]")
@@ -476,7 +473,7 @@ def _print_runs(out: Output, found: list[Any]) -> None:
         ended = "-"
         if last is not None:
             how = last.outcome or "running"
-            ended = f"{how} on {last.worker or last.worker_id}, {_when(last.started_at)}"
+            ended = f"{how} on {last.worker or last.worker_id}, {format_when(last.started_at)}"
         table.add_row(
             run.run_id,
             run.thread_id,
