@@ -4,12 +4,10 @@ an admin key sees every thread. Thread metadata, search and pages."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import openai
 import pytest
-from ag_ui.core import RunAgentInput
 from postgres_databases import fresh_database
 
 from art.server import Principal, ServerSettings
@@ -18,6 +16,7 @@ from art.testing import ScriptedModel
 from art.tools import AskHuman, Calculator
 
 from .conftest import APPROVAL_PLAN, Server, read_sse
+from .test_agui import run_input
 
 # Each test runs a real server (uvicorn on 127.0.0.1): `pytest --slow` runs them.
 pytestmark = pytest.mark.slow
@@ -129,35 +128,20 @@ def test_a_user_cannot_lift_the_user_id_of_their_runs(make_server: Any) -> None:
     assert [r["userId"] for r in runs] == ["alice"]
 
 
-def agui_body(thread_id: str, text: str | None = None, **fields: Any) -> dict[str, Any]:
-    messages = [{"id": "m1", "role": "user", "content": text}] if text else []
-    model = RunAgentInput(
-        thread_id=thread_id,
-        run_id=f"agui-{uuid.uuid4().hex[:8]}",
-        messages=messages,
-        state={},
-        tools=[],
-        context=[],
-        forwarded_props={},
-        **fields,
-    )
-    return model.model_dump(mode="json", by_alias=True)
-
-
 def test_ag_ui_and_the_openai_endpoint_keep_threads_to_their_owner(make_server: Any) -> None:
     server = make_server(APPROVAL_PLAN, settings=settings())
     alice, bob = server.client(**auth(ALICE)), server.client(**auth(BOB))
 
-    with alice.stream("POST", "/ag-ui", json=agui_body("t-agui", "17 * 23 + 12?")) as stream:
+    with alice.stream("POST", "/ag-ui", json=run_input("t-agui", "17 * 23 + 12?")) as stream:
         assert stream.status_code == 200
         events = [e.data for e in read_sse(stream)]
     assert events[-1]["type"] == "RUN_FINISHED"  # suspended for approval: an interrupt
     interrupt = events[-1]["outcome"]["interrupts"][0]["id"]
 
     resume = {"resume": [{"interruptId": interrupt, "status": "resolved", "payload": True}]}
-    refused = bob.post("/ag-ui", json=agui_body("t-agui", **_snake(resume)))
+    refused = bob.post("/ag-ui", json=run_input("t-agui", **_snake(resume)))
     assert refused.status_code == 404
-    new_run = bob.post("/ag-ui", json=agui_body("t-agui", "hello"))
+    new_run = bob.post("/ag-ui", json=run_input("t-agui", "hello"))
     assert new_run.status_code == 404
     suspensions = alice.get("/threads/t-agui/suspensions").json()["suspensions"]
     assert len(suspensions) == 1 and suspensions[0]["decision"] is None
