@@ -418,9 +418,7 @@ class MemoryStorage(StorageAdapter):
 
     # -- threads ------------------------------------------------------------------
     async def list_threads(self, *, limit: int = 100) -> list[ThreadSummary]:
-        return (await self.search_threads(ThreadQuery(limit=max(min(limit, 500), 1)))).threads[
-            : max(limit, 0)
-        ]
+        return self._search(ThreadQuery(), max(limit, 0)).threads
 
     def _summary(self, thread_id: str, thread: _Thread) -> ThreadSummary:
         last = (
@@ -466,6 +464,9 @@ class MemoryStorage(StorageAdapter):
             return self._summary(thread_id, thread)
 
     async def search_threads(self, query: ThreadQuery) -> ThreadPage:
+        return self._search(query, query.limit)
+
+    def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         after = thread_cursor(query.cursor)
         with self._lock:
             ordered = sorted(
@@ -485,7 +486,9 @@ class MemoryStorage(StorageAdapter):
                     continue
                 if not metadata_matches(summary.metadata, query.metadata):
                     continue
-                if len(page) == query.limit:
+                if len(page) == limit:
+                    if not page:  # a limit of 0: no page, so no cursor
+                        return ThreadPage(threads=page)
                     return ThreadPage(threads=page, next_cursor=str(last_touched))
                 page.append(summary)
                 last_touched = thread.touched

@@ -910,6 +910,15 @@ async def test_search_threads_filters_by_owner_metadata_and_status(
     assert await ids(status="completed", owner="bob") == []
 
 
+async def test_list_threads_is_not_bounded_by_a_search_page(storage: StorageAdapter) -> None:
+    # A search page holds at most 500 threads; list_threads takes any limit.
+    for n in range(502):
+        await storage.claim_thread(f"t-many-{n}", None)
+
+    assert len(await storage.list_threads(limit=600)) == 502
+    assert await storage.list_threads(limit=0) == []
+
+
 async def test_search_threads_pages_with_a_cursor(storage: StorageAdapter) -> None:
     for n in range(7):
         await storage.claim_thread(f"t-page-{n}", "carol")
