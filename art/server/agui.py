@@ -487,7 +487,7 @@ async def _launch(
                 422, f"the query is longer than {limit} characters", code="QUERY_TOO_LONG"
             )
         before = await storage.get_active_run(thread_id)
-        options = None if caller.admin else {"user_id": caller.user}
+        options = caller.run_options({}) or None
         active = await ctx.runs.start(thread_id, query, options)
     if before is None or before.run_id != active.run_id or before.plan is None:
         return active, None

@@ -25,6 +25,7 @@ from art.server.models import (
     PlanRequest,
     PlanResource,
     QueuedRunResource,
+    RunOptions,
     RunRequest,
     RunResource,
     SuspensionList,
@@ -317,11 +318,7 @@ async def start_run(
     status `queued`), interrupt the current one or roll it back. The same query as the
     thread's interrupted run continues that run."""
     _check_query(ctx, body.query)
-    options = body.options.model_dump(exclude_none=True) if body.options else {}
-    if not caller.admin:  # a user's runs are theirs, whatever the body says
-        options["user_id"] = caller.user
-    if "execution_config" in options:
-        _check_execution_config(ctx, options["execution_config"])
+    options = _run_options(ctx, caller, body.options)
     _check_webhook(ctx, body.webhook)
     await ctx.threads.claim(caller, thread_id)
     if body.multitask_strategy == "enqueue" and ctx.settings.enqueue_to_queue:
@@ -342,6 +339,17 @@ async def start_run(
         thread_id, body.query, options or None, body.multitask_strategy, body.webhook
     )
     return await _answer(ctx, active.thread_id, active.run_id, active.wait() if wait else None)
+
+
+def _run_options(
+    ctx: ServerContext, caller: Principal, options: RunOptions | None
+) -> dict[str, Any]:
+    """A run's options from a request: within the operator's limits, and a user's runs
+    carry their name."""
+    found = options.model_dump(exclude_none=True) if options else {}
+    if "execution_config" in found:
+        _check_execution_config(ctx, found["execution_config"])
+    return caller.run_options(found)
 
 
 def _check_webhook(ctx: ServerContext, url: str | None) -> None:
@@ -431,9 +439,7 @@ async def fork_run(
     invalid: 422; a run active on the thread: 409."""
     await _get_run(ctx, thread_id, run_id)
     _check_webhook(ctx, body.webhook)
-    options = body.options.model_dump(exclude_none=True) if body.options else {}
-    if not caller.admin:
-        options["user_id"] = caller.user
+    options = _run_options(ctx, caller, body.options)
     try:
         active = await ctx.runs.fork(
             thread_id, run_id, body.step_id, body.args, options or None, body.webhook

@@ -108,7 +108,7 @@ async def chat_completions(
         raise Problem(422, "the query is too long for this server", code="QUERY_TOO_LONG")
     thread_id = thread_id or f"chat-{uuid.uuid4().hex[:16]}"
     await ctx.threads.claim(caller, thread_id)
-    options = None if caller.admin else {"user_id": caller.user}
+    options = caller.run_options({}) or None
     active = await ctx.runs.start(thread_id, query, options)
     completion_id = f"chatcmpl-{active.run_id or uuid.uuid4().hex}"
     if body.stream:

@@ -14,6 +14,7 @@ import hmac
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Security
 from fastapi.security import HTTPAuthorizationCredentials
@@ -36,6 +37,11 @@ class Principal:
     def __post_init__(self) -> None:
         if not self.admin and not self.user:
             raise ValueError("a principal is an admin or names a user")
+
+    def run_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` for a run this principal starts: a user's runs carry their name as
+        `user_id`, whatever the request said."""
+        return options if self.admin else {**options, "user_id": self.user}
 
 
 #: The principal of a server without keys, and of an `--api-key` key.

@@ -59,3 +59,18 @@ def test_a_fork_that_cannot_run_is_a_problem(
     assert (refused.status_code, refused.json()["code"]) == (status, code)
     assert client.post("/threads/t-bad/runs/nope/fork", json=body).status_code == 404
     assert len(client.get("/threads/t-bad/runs").json()) == 1
+
+
+def test_a_fork_cannot_lift_the_operators_limits(server: Server) -> None:
+    client = server.client()
+    first = client.post(
+        "/threads/t-limit/runs", params={"wait": "true"}, json={"query": "17 * 23 + 12?"}
+    ).json()
+
+    refused = client.post(
+        f"/threads/t-limit/runs/{first['metadata']['runId']}/fork",
+        json={"stepId": "s2", "options": {"executionConfig": {"maxPlanAttempts": 200}}},
+    )
+
+    assert (refused.status_code, refused.json()["code"]) == (422, "LIMIT_RAISED")
+    assert len(client.get("/threads/t-limit/runs").json()) == 1
