@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from art.errors import ConfigurationError
 
@@ -157,6 +158,12 @@ class ServerSettings:
             if not url.startswith(("http://", "https://")):
                 raise ConfigurationError(
                     "a webhook URL (or prefix) starts with http:// or https://"
+                )
+        for prefix in self.webhook_allowed_prefixes:
+            if not urlsplit(prefix).path.startswith("/"):
+                # "https://hooks.example" would also allow https://hooks.example.evil.test
+                raise ConfigurationError(
+                    f"a webhook prefix names a path after its host ({prefix}/, not {prefix})"
                 )
         if self.webhook_attempts < 1 or self.webhook_first_delay_s < 0:
             raise ConfigurationError("webhook_attempts must be >= 1, webhook_first_delay_s >= 0")

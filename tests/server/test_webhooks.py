@@ -221,3 +221,11 @@ def _recorded(server: Server, thread_id: str, count: int) -> list[dict[str, Any]
             return [event.data for event in events]
         assert time.monotonic() < deadline, events
         time.sleep(0.05)
+
+
+def test_an_allowed_prefix_must_end_its_host() -> None:
+    from art.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="names a path after its host"):
+        ServerSettings(webhook_allowed_prefixes=["https://hooks.example"])
+    ServerSettings(webhook_allowed_prefixes=["https://hooks.example/"])
