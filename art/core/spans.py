@@ -75,12 +75,13 @@ class SpanIds(Protocol):
 
 class LazySpan:
     """A child span whose ids are made at once and whose `SpanContext` only when asked
-    for (`context()`): a step's span is usually wanted only for its ids, in the stored
-    event log and as its tool call's parent, and a SpanContext costs a validation."""
+    for (`context()`): a step's and a tool call's spans are usually wanted only for
+    their ids (the stored event log, a child's parent), and a SpanContext costs a
+    validation. Its parent is a SpanContext or another LazySpan."""
 
     __slots__ = ("_context", "parent_span_id", "span_id", "trace_id")
 
-    def __init__(self, parent: SpanContext) -> None:
+    def __init__(self, parent: SpanIds) -> None:
         self.trace_id = parent.trace_id
         self.span_id = new_span_id()
         self.parent_span_id: str | None = parent.span_id
@@ -97,9 +98,3 @@ class LazySpan:
                 }
             )
         return self._context
-
-    def child(self) -> SpanContext:
-        """A new span whose parent is this one, in the same trace."""
-        return _new_span(
-            {"trace_id": self.trace_id, "span_id": new_span_id(), "parent_span_id": self.span_id}
-        )

@@ -168,7 +168,7 @@ class ToolCaller:
         self._idle_check: asyncio.Handle | None = None
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._context_template = ExecutionContext(
+        self._run_context = ExecutionContext(
             thread_id=run.thread_id,
             trace_id=run.trace_id,
             call_id="",
@@ -200,7 +200,7 @@ class ToolCaller:
         tool = entry.tool
         run = deps.run
         step_id = step.id
-        span = step_span.child()
+        span = LazySpan(step_span)  # its SpanContext is made only if something reads it
         call_id = f"{run.run_id}:{step_id}:{attempt}"
         name = tool.schema.name
         interest = self._interest.fresh()
@@ -217,7 +217,7 @@ class ToolCaller:
                         "args": args,
                         "attempt": attempt,
                     },
-                    span,
+                    span.context(),
                 )
             except HookVeto as veto:
                 reason = f"vetoed by a tool:before hook: {veto.reason}"
@@ -244,17 +244,14 @@ class ToolCaller:
                     record.args = edited
         relay = self._relay(step_id, name, call_id, span) if interest.updates_wanted else None
         token = run.cancellation.child()
-        fields: dict[str, Any] = {
-            "call_id": call_id,
-            "step_id": step_id,
-            "attempt": attempt,
-            "span": span,
-        }
-        if decision is not None:
-            fields["decision"] = decision
-        # A copy of the run's context: the fields it shares are validated already.
-        context = self._context_template.model_copy(update=fields).bind(
-            cancellation=token, reporter=relay.report if relay is not None else None
+        context = self._run_context.for_call(
+            call_id,
+            step_id,
+            attempt,
+            span,
+            decision,
+            token,
+            relay.report if relay is not None else None,
         )
         self._tokens[step_id] = token
         run.stats.add_tool_call()
@@ -314,9 +311,9 @@ class ToolCaller:
             self._idle_check.cancel()
             self._idle_check = None
 
-    def _relay(self, step_id: str, tool: str, call_id: str, span: SpanContext) -> ProgressRelay:
+    def _relay(self, step_id: str, tool: str, call_id: str, span: LazySpan) -> ProgressRelay:
         def emit(data: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-            return _emit(self._deps, "tool:update", data, span)
+            return _emit(self._deps, "tool:update", data, span.context())
 
         return ProgressRelay(
             {"step_id": step_id, "tool": tool, "call_id": call_id},
@@ -371,7 +368,7 @@ class _Call:
         tool: str,
         call_id: str,
         attempt: int,
-        span: SpanContext,
+        span: LazySpan,
         schema: ToolSchema | None,
     ) -> None:
         self.deps = deps
@@ -403,7 +400,7 @@ class _Call:
             "attempt": self.attempt,
             **extra,
         }
-        return _emit(self.deps, "tool:update", data, self.span)
+        return _emit(self.deps, "tool:update", data, self.span.context())
 
     def finish(
         self, relay: ProgressRelay | None, result: ToolResult, args: dict[str, Any]
@@ -457,7 +454,7 @@ class _Call:
                 end["display"] = True
                 if schema is not None and schema.display_config:
                     end["display_config"] = schema.display_config
-            await _emit(self.deps, "tool:update", end, self.span)
+            await _emit(self.deps, "tool:update", end, self.span.context())
         if self.interest.tool_after and schema is not None:
             await _emit(
                 self.deps,
@@ -471,7 +468,7 @@ class _Call:
                     "duration_ms": duration_ms,
                     "display": display,
                 },
-                self.span,
+                self.span.context(),
             )
 
 
@@ -824,7 +821,7 @@ class StepRunner:
         messages = reasoning_messages(
             self.deps.query, step, inputs, limit, self.deps.run.system_context
         )
-        call_span = span.child()
+        call_span = LazySpan(span)
         call = _Call(
             self.deps,
             self._interest.fresh(),
@@ -839,7 +836,7 @@ class StepRunner:
         if (starting := call.start(args, reasoning=True)) is not None:
             await starting
         try:
-            answer = await self._complete(messages, call_span)
+            answer = await self._complete(messages, call_span.context())
         except (ModelError, HookVeto, TimeoutError) as exc:
             code = str(getattr(exc, "code", "") or "")
             record.result = ToolResult(

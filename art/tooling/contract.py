@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field
 
 from art.core.binary import JsonData, JsonDict
 from art.core.models import ArtModel
@@ -171,34 +171,147 @@ class CancellationToken:
         return event.wait(timeout)
 
 
-class ExecutionContext(ArtModel):
+# The camelCase spellings of ExecutionContext's keywords (the seed's wire names).
+_CONTEXT_ALIASES = {
+    "threadId": "thread_id",
+    "traceId": "trace_id",
+    "callId": "call_id",
+    "stepId": "step_id",
+    "userId": "user_id",
+    "sessionId": "session_id",
+    "messageId": "message_id",
+}
+
+
+class ExecutionContext:
     """What a tool knows about the call it serves.
 
     `message_id` is the id of the answer the run writes (`resp.response.message_id`),
     `agent` the persona's name, `extra` the run's `metadata` option (the application's
     data for its tools; treat it as read-only), `decision` the approval a blocking tool
     runs under when it runs on approval.
+
+    A plain object, as pydantic-ai's `RunContext` is: it is handed to a tool, never
+    stored or sent, and the engine makes one per tool call. Keywords are accepted in
+    both spellings (`call_id` or `callId`). `span` is made when first read.
     """
+
+    __slots__ = (
+        "_cancellation",
+        "_reporter",
+        "_span",
+        "agent",
+        "attempt",
+        "call_id",
+        "decision",
+        "extra",
+        "message_id",
+        "session_id",
+        "step_id",
+        "thread_id",
+        "trace_id",
+        "user_id",
+    )
 
     thread_id: str
     trace_id: str
     call_id: str
-    step_id: str | None = None
-    user_id: str | None = None
-    session_id: str | None = None
-    message_id: str | None = None
-    agent: str = "art"
-    extra: dict[str, Any] = Field(default_factory=dict)
-    attempt: int = 1
-    span: SpanContext | None = None
+    step_id: str | None
+    user_id: str | None
+    session_id: str | None
+    message_id: str | None
+    agent: str
+    extra: dict[str, Any]
+    attempt: int
     # The human decision a blocking tool with `run_on_approval` runs under once approved
     # (`{"approved": True, "reason": ..., "modified_args": ...}`); None otherwise.
-    decision: dict[str, Any] | None = None
+    decision: dict[str, Any] | None
 
-    # Created on first use: a private attribute's default_factory costs pydantic an
-    # inspect.signature() call per instance, and the engine always binds its own token.
-    _cancellation: CancellationToken | None = PrivateAttr(default=None)
-    _reporter: ProgressReporter | None = PrivateAttr(default=None)
+    def __init__(
+        self,
+        *,
+        thread_id: str | None = None,
+        trace_id: str | None = None,
+        call_id: str | None = None,
+        step_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        message_id: str | None = None,
+        agent: str = "art",
+        extra: dict[str, Any] | None = None,
+        attempt: int = 1,
+        span: SpanContext | None = None,
+        decision: dict[str, Any] | None = None,
+        **aliases: Any,
+    ) -> None:
+        given = {
+            "thread_id": thread_id,
+            "trace_id": trace_id,
+            "call_id": call_id,
+            "step_id": step_id,
+            "user_id": user_id,
+            "session_id": session_id,
+            "message_id": message_id,
+        }
+        for alias, value in aliases.items():
+            name = _CONTEXT_ALIASES.get(alias)
+            if name is None:
+                raise TypeError(f"ExecutionContext got an unexpected keyword {alias!r}")
+            given[name] = value
+        missing = [name for name in ("thread_id", "trace_id", "call_id") if given[name] is None]
+        if missing:
+            raise TypeError(f"ExecutionContext needs {', '.join(missing)}")
+        for name, value in given.items():
+            setattr(self, name, value)
+        self.agent = agent
+        self.extra = {} if extra is None else extra
+        self.attempt = attempt
+        self.decision = decision
+        self._span: SpanContext | SpanIdsFactory | None = span
+        self._cancellation: CancellationToken | None = None
+        self._reporter: ProgressReporter | None = None
+
+    def for_call(
+        self,
+        call_id: str,
+        step_id: str,
+        attempt: int,
+        span: SpanContext | SpanIdsFactory,
+        decision: dict[str, Any] | None,
+        cancellation: CancellationToken,
+        reporter: ProgressReporter | None,
+    ) -> ExecutionContext:
+        """This run's context for one tool call (engine use): the run's fields shared,
+        the call's own set, without checking again what was checked once per run."""
+        context = _new_context(ExecutionContext)
+        context.thread_id = self.thread_id
+        context.trace_id = self.trace_id
+        context.user_id = self.user_id
+        context.session_id = self.session_id
+        context.message_id = self.message_id
+        context.agent = self.agent
+        context.extra = self.extra
+        context.call_id = call_id
+        context.step_id = step_id
+        context.attempt = attempt
+        context._span = span
+        context.decision = decision
+        context._cancellation = cancellation
+        context._reporter = reporter
+        return context
+
+    @property
+    def span(self) -> SpanContext | None:
+        """This call's `SpanContext` (made when first read)."""
+        span = self._span
+        if span is None or isinstance(span, SpanContext):
+            return span
+        self._span = made = span.context()
+        return made
+
+    @span.setter
+    def span(self, span: SpanContext | None) -> None:
+        self._span = span
 
     def bind(
         self,
@@ -245,6 +358,41 @@ class ExecutionContext(ArtModel):
         if output is not None:
             payload["output"] = output
         self._reporter("streaming" if output is not None else "running", payload)
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _CONTEXT_FIELDS}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ExecutionContext):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
+        return f"ExecutionContext({fields})"
+
+
+_CONTEXT_FIELDS = (
+    "thread_id",
+    "trace_id",
+    "call_id",
+    "step_id",
+    "user_id",
+    "session_id",
+    "message_id",
+    "agent",
+    "extra",
+    "attempt",
+    "span",
+    "decision",
+)
+_new_context = object.__new__
+
+
+class SpanIdsFactory(Protocol):
+    """A span whose `SpanContext` is made when asked for (`art.core.spans.LazySpan`)."""
+
+    def context(self) -> SpanContext: ...
 
 
 class IToolExecutor(ABC):
