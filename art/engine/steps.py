@@ -36,6 +36,7 @@ from art.tooling.contract import (
     ASKS_FOR_INPUT,
     CancellationToken,
     ExecutionContext,
+    ProgressStage,
     ToolResult,
     ToolSchema,
 )
@@ -56,6 +57,8 @@ LLM_ASSIST_REQUIRED = ToolErrorCode.LLM_ASSIST_REQUIRED.value
 # Where a tool says it needs the model's help (seed 000's `metadata.error`, or art's own
 # `metadata.error_code`), and what an error result adds: gone once the model helped.
 _ASSIST_SIGNAL = frozenset({"error", "error_code", "retryable"})
+# Taken only to make a tool call's relay, by its first progress report.
+_RELAY_MADE = threading.Lock()
 REASONING_TOOL_NAME = "reasoning"
 
 
@@ -204,7 +207,7 @@ class ToolCaller:
         call_id = f"{run.run_id}:{step_id}:{attempt}"
         name = tool.schema.name
         interest = self._interest.fresh()
-        call = _Call(deps, interest, step_id, name, call_id, attempt, span, tool.schema)
+        call = _Call(deps, interest, step_id, name, call_id, attempt, span, tool.schema, self)
         if interest.tool_before:
             try:
                 data = await _emit(
@@ -242,7 +245,6 @@ class ToolCaller:
                 args = edited
                 if isinstance(edited, dict):
                     record.args = edited
-        relay = self._relay(step_id, name, call_id, span) if interest.updates_wanted else None
         token = run.cancellation.child()
         context = self._run_context.for_call(
             call_id,
@@ -251,7 +253,7 @@ class ToolCaller:
             span,
             decision,
             token,
-            relay.report if relay is not None else None,
+            call if interest.updates_wanted else None,  # its relay is made by a first report
         )
         self._tokens[step_id] = token
         run.stats.add_tool_call()
@@ -284,14 +286,14 @@ class ToolCaller:
                 why = f"{why or 'cancelled'}; {exc}"
             cancelled = _cancelled_result(call_id, name, why)
             record.result = cancelled
-            if (ending := call.finish(relay, cancelled, args)) is not None:
+            if (ending := call.finish(cancelled, args)) is not None:
                 await ending
             raise
         finally:
             self._in_tools -= 1
             self._tokens.pop(step_id, None)
             token.detach()
-        if (ending := call.finish(relay, outcome.result, args)) is not None:
+        if (ending := call.finish(outcome.result, args)) is not None:
             await ending
         return outcome, None
 
@@ -311,7 +313,9 @@ class ToolCaller:
             self._idle_check.cancel()
             self._idle_check = None
 
-    def _relay(self, step_id: str, tool: str, call_id: str, span: LazySpan) -> ProgressRelay:
+    def relay(self, step_id: str, tool: str, call_id: str, span: LazySpan) -> ProgressRelay:
+        """The relay of a call's progress reports to `tool:update` events."""
+
         def emit(data: dict[str, Any]) -> Awaitable[dict[str, Any]]:
             return _emit(self._deps, "tool:update", data, span.context())
 
@@ -349,9 +353,11 @@ class _Call:
     __slots__ = (
         "attempt",
         "call_id",
+        "caller",
         "deps",
         "ended",
         "interest",
+        "relay",
         "schema",
         "span",
         "started",
@@ -370,8 +376,11 @@ class _Call:
         attempt: int,
         span: LazySpan,
         schema: ToolSchema | None,
+        caller: ToolCaller | None = None,
     ) -> None:
         self.deps = deps
+        self.caller = caller
+        self.relay: ProgressRelay | None = None
         self.interest = interest
         self.step_id = step_id
         self.tool = tool
@@ -402,10 +411,21 @@ class _Call:
         }
         return _emit(self.deps, "tool:update", data, self.span.context())
 
-    def finish(
-        self, relay: ProgressRelay | None, result: ToolResult, args: dict[str, Any]
-    ) -> Awaitable[None] | None:
+    def __call__(self, stage: ProgressStage, payload: dict[str, Any]) -> None:
+        """The tool's progress report (its context's reporter): the first one makes the
+        relay that carries them, so a call that never reports costs none."""
+        relay = self.relay
+        if relay is None:
+            assert self.caller is not None  # a tool call's _Call has its caller
+            with _RELAY_MADE:  # reports may come from several of the tool's threads
+                if self.relay is None:
+                    self.relay = self.caller.relay(self.step_id, self.tool, self.call_id, self.span)
+                relay = self.relay
+        relay.report(stage, payload)
+
+    def finish(self, result: ToolResult, args: dict[str, Any]) -> Awaitable[None] | None:
         """The progress still being sent, then the end (the end always comes last)."""
+        relay = self.relay
         if relay is not None and (draining := relay.close()) is not None:
             return self._end_after(draining, result, args)
         return self.end(result, args)
