@@ -24,7 +24,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -174,7 +174,12 @@ def _json_kind(value: str | int | float | bool | None) -> str:
     return "text" if isinstance(value, str) else "number"
 
 
-def _thread_summary(row: Sequence[Any]) -> ThreadSummary:
+#: A row of _SELECT_THREADS: touched, thread_id, created_at, updated_at, owner, metadata
+#: (JSON text), runs, the last run's query and status.
+_ThreadRow = tuple[int, str, str, str, str | None, str, int, str | None, str | None]
+
+
+def _thread_summary(row: _ThreadRow) -> ThreadSummary:
     _, thread_id, created_at, updated_at, owner, metadata, runs, query, status = row
     return ThreadSummary(
         thread_id=thread_id,
@@ -259,9 +264,10 @@ class _Job:
 
     def __init__(
         self,
-        fn: Callable[[sqlite3.Connection], Any],
+        fn: Callable[[sqlite3.Connection], object],
         write: bool,
         loop: asyncio.AbstractEventLoop | None,
+        # the jobs of one queue return different types: their futures' are erased here
         future: asyncio.Future[Any] | None,
     ) -> None:
         self.fn = fn
@@ -270,7 +276,7 @@ class _Job:
         self.future = future
 
 
-def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
+def _notify(job: _Job, result: object, error: BaseException | None) -> None:
     # A cursor must not leave the connection's thread: when another thread drops it, its
     # finalizer resets the prepared statement while this thread may be running the same
     # cached statement (SQLite then reports "bad parameter or other API misuse"). Jobs
@@ -285,7 +291,9 @@ def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(_settle, job.future, result, error)
 
 
-def _settle(future: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
+def _settle(
+    future: asyncio.Future[Any] | None, result: object, error: BaseException | None
+) -> None:
     if future is None or future.done():  # a cancelled caller: the write itself stands
         return
     if error is not None:
@@ -387,7 +395,7 @@ class _Worker(threading.Thread):
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, writes: list[_Job]) -> None:
-        outcomes: list[tuple[Any, BaseException | None]] = []
+        outcomes: list[tuple[object, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             if len(writes) == 1:
@@ -453,7 +461,7 @@ class _InlineWriter:
         finally:
             self.lock.release()
 
-    def try_statement(self, sql: str, args: Sequence[Any]) -> bool:
+    def try_statement(self, sql: str, args: Sequence[object]) -> bool:
         """Run one statement as its own transaction (autocommit: no BEGIN/COMMIT round
         trips); True once committed, False when the worker must do it."""
         if not self.lock.acquire(blocking=False):
@@ -478,7 +486,7 @@ class _InlineWriter:
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
-def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> None:
+def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> None:
     """One statement whose cursor stays here (see `_notify`)."""
     conn.execute(sql, args)
 
@@ -634,7 +642,9 @@ class SQLiteStorage(StorageAdapter):
         await self._write(write)
 
     @staticmethod
-    def _load_runs(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[RunRecord]:
+    def _load_runs(
+        conn: sqlite3.Connection, where: str, args: tuple[object, ...]
+    ) -> list[RunRecord]:
         rows = conn.execute(f"SELECT run_id, data FROM runs WHERE {where}", args).fetchall()
         runs = []
         for run_id, data in rows:
@@ -750,7 +760,7 @@ class SQLiteStorage(StorageAdapter):
         return await self._call(read, write=False)
 
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: Mapping[str, object]
     ) -> Suspension:
         decision_json = json.dumps(decision, default=repr)
         decided_at = timestamp_key(utcnow())
@@ -867,7 +877,7 @@ class SQLiteStorage(StorageAdapter):
         after_seq: int | None = None,
     ) -> list[StoredEvent]:
         where = ["thread_id = ?"]
-        args: list[Any] = [thread_id]
+        args: list[object] = [thread_id]
         if after_seq is not None:
             where.append("seq > ?")
             args.append(after_seq)
@@ -907,7 +917,7 @@ class SQLiteStorage(StorageAdapter):
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         where: list[str] = ["1 = 1"]
-        args: list[Any] = []  # the query's parameters: text, numbers, the cursor
+        args: list[object] = []  # the query's parameters: text, numbers, the cursor
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < ?")
@@ -950,7 +960,7 @@ class SQLiteStorage(StorageAdapter):
         return await self._call(read, write=False)
 
     async def claim_thread(
-        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+        self, thread_id: str, owner: str | None, metadata: Mapping[str, object] | None = None
     ) -> ThreadSummary:
         now = timestamp_key(utcnow())
         text = json.dumps(metadata or {}, allow_nan=False)
@@ -967,7 +977,9 @@ class SQLiteStorage(StorageAdapter):
 
         return await self._write(write)
 
-    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+    async def update_thread(
+        self, thread_id: str, metadata: dict[str, object]
+    ) -> ThreadSummary | None:
         now = timestamp_key(utcnow())
 
         def write(conn: sqlite3.Connection) -> ThreadSummary | None:
