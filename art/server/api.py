@@ -305,8 +305,11 @@ def _check_execution_config(ctx: ServerContext, overrides: dict[str, Any]) -> No
 @router.post(
     "/threads/{thread_id}/runs",
     status_code=202,
-    response_model=RunResource,
-    responses=_WAITED,
+    response_model=RunResource | QueuedRunResource,
+    responses={
+        **_WAITED,
+        202: {"description": "The run, started; or queued (multitaskStrategy enqueue)."},
+    },
     tags=["runs"],
 )
 async def start_run(
