@@ -325,7 +325,7 @@ async def start_run(
     _check_webhook(ctx, body.webhook)
     await ctx.threads.claim(caller, thread_id)
     if body.multitask_strategy == "enqueue" and ctx.settings.enqueue_to_queue:
-        handle = await ctx.instance.asubmit(body.query, thread_id, options or None)
+        handle = await ctx.runs.submit(thread_id, body.query, options or None, body.webhook)
         if wait:
             return wire_response(await run_resource(ctx, await handle.result()))
         resource = QueuedRunResource(run_id=handle.id, thread_id=thread_id)
