@@ -24,7 +24,8 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -58,7 +59,7 @@ from art.storage.contract import (
     ThreadSummary,
 )
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "connect", "storage_error"]
 
 T = TypeVar("T")
 
@@ -174,7 +175,12 @@ def _json_kind(value: str | int | float | bool | None) -> str:
     return "text" if isinstance(value, str) else "number"
 
 
-def _thread_summary(row: Sequence[Any]) -> ThreadSummary:
+#: A row of _SELECT_THREADS: touched, thread_id, created_at, updated_at, owner, metadata
+#: (JSON text), runs, the last run's query and status.
+_ThreadRow = tuple[int, str, str, str, str | None, str, int, str | None, str | None]
+
+
+def _thread_summary(row: _ThreadRow) -> ThreadSummary:
     _, thread_id, created_at, updated_at, owner, metadata, runs, query, status = row
     return ThreadSummary(
         thread_id=thread_id,
@@ -192,6 +198,32 @@ _SAVE_STEP = """
     INSERT INTO steps (run_id, step_id, data) VALUES (?, ?, ?)
     ON CONFLICT (run_id, step_id) DO UPDATE SET data = excluded.data
 """
+
+
+def connect(
+    path: str | Path, *, synchronous: str = "normal", timeout_s: float = 30.0
+) -> sqlite3.Connection:
+    """A connection to `path` in WAL mode that waits up to `timeout_s` for other writers.
+
+    SQLite does not wait for the exclusive lock that switches a new file to WAL: while
+    another process opens the same new file it answers "database is locked" at once, so
+    the switch is retried here within the same timeout.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    delay_s = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay_s > deadline:
+                conn.close()
+                raise
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.25)
+    conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    return conn
 
 
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
@@ -259,9 +291,10 @@ class _Job:
 
     def __init__(
         self,
-        fn: Callable[[sqlite3.Connection], Any],
+        fn: Callable[[sqlite3.Connection], object],
         write: bool,
         loop: asyncio.AbstractEventLoop | None,
+        # the jobs of one queue return different types: their futures' are erased here
         future: asyncio.Future[Any] | None,
     ) -> None:
         self.fn = fn
@@ -270,7 +303,7 @@ class _Job:
         self.future = future
 
 
-def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
+def _notify(job: _Job, result: object, error: BaseException | None) -> None:
     # A cursor must not leave the connection's thread: when another thread drops it, its
     # finalizer resets the prepared statement while this thread may be running the same
     # cached statement (SQLite then reports "bad parameter or other API misuse"). Jobs
@@ -285,7 +318,9 @@ def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(_settle, job.future, result, error)
 
 
-def _settle(future: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
+def _settle(
+    future: asyncio.Future[Any] | None, result: object, error: BaseException | None
+) -> None:
     if future is None or future.done():  # a cancelled caller: the write itself stands
         return
     if error is not None:
@@ -309,9 +344,7 @@ class _Worker(threading.Thread):
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+        conn = connect(self.path, synchronous=self.synchronous)
         conn.execute("PRAGMA foreign_keys=ON")
         migrate(conn)
         return conn
@@ -322,6 +355,8 @@ class _Worker(threading.Thread):
         except BaseException as exc:
             failed = isinstance(exc, sqlite3.Error | OSError)
             self.startup_error = storage_error(self.path, exc) if failed else exc
+            if failed:
+                self.startup_error.__cause__ = exc  # the traceback says which statement
             self.ready.set()
             self._fail_all(exc)
             return
@@ -387,7 +422,7 @@ class _Worker(threading.Thread):
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, writes: list[_Job]) -> None:
-        outcomes: list[tuple[Any, BaseException | None]] = []
+        outcomes: list[tuple[object, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             if len(writes) == 1:
@@ -453,7 +488,7 @@ class _InlineWriter:
         finally:
             self.lock.release()
 
-    def try_statement(self, sql: str, args: Sequence[Any]) -> bool:
+    def try_statement(self, sql: str, args: Sequence[object]) -> bool:
         """Run one statement as its own transaction (autocommit: no BEGIN/COMMIT round
         trips); True once committed, False when the worker must do it."""
         if not self.lock.acquire(blocking=False):
@@ -478,7 +513,7 @@ class _InlineWriter:
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
-def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> None:
+def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> None:
     """One statement whose cursor stays here (see `_notify`)."""
     conn.execute(sql, args)
 
@@ -634,7 +669,9 @@ class SQLiteStorage(StorageAdapter):
         await self._write(write)
 
     @staticmethod
-    def _load_runs(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[RunRecord]:
+    def _load_runs(
+        conn: sqlite3.Connection, where: str, args: tuple[object, ...]
+    ) -> list[RunRecord]:
         rows = conn.execute(f"SELECT run_id, data FROM runs WHERE {where}", args).fetchall()
         runs = []
         for run_id, data in rows:
@@ -750,7 +787,7 @@ class SQLiteStorage(StorageAdapter):
         return await self._call(read, write=False)
 
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: Mapping[str, object]
     ) -> Suspension:
         decision_json = json.dumps(decision, default=repr)
         decided_at = timestamp_key(utcnow())
@@ -867,7 +904,7 @@ class SQLiteStorage(StorageAdapter):
         after_seq: int | None = None,
     ) -> list[StoredEvent]:
         where = ["thread_id = ?"]
-        args: list[Any] = [thread_id]
+        args: list[object] = [thread_id]
         if after_seq is not None:
             where.append("seq > ?")
             args.append(after_seq)
@@ -907,7 +944,7 @@ class SQLiteStorage(StorageAdapter):
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         where: list[str] = ["1 = 1"]
-        args: list[Any] = []  # the query's parameters: text, numbers, the cursor
+        args: list[object] = []  # the query's parameters: text, numbers, the cursor
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < ?")
@@ -950,7 +987,7 @@ class SQLiteStorage(StorageAdapter):
         return await self._call(read, write=False)
 
     async def claim_thread(
-        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+        self, thread_id: str, owner: str | None, metadata: Mapping[str, object] | None = None
     ) -> ThreadSummary:
         now = timestamp_key(utcnow())
         text = json.dumps(metadata or {}, allow_nan=False)
@@ -967,7 +1004,9 @@ class SQLiteStorage(StorageAdapter):
 
         return await self._write(write)
 
-    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+    async def update_thread(
+        self, thread_id: str, metadata: dict[str, object]
+    ) -> ThreadSummary | None:
         now = timestamp_key(utcnow())
 
         def write(conn: sqlite3.Connection) -> ThreadSummary | None:
