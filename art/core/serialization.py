@@ -16,7 +16,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import TypeVar, cast, overload
 
 from pydantic import BaseModel
@@ -64,23 +64,25 @@ def storable_problem(value: object, *, max_depth: int = MAX_DATA_DEPTH) -> str |
     Walks dicts, lists and tuples without recursion, so any depth is measured safely."""
     if type(value) is float:
         return None if math.isfinite(value) else _NOT_FINITE
-    stack: list[tuple[object, int]] = [(value, 1)]
+    if not isinstance(value, dict | list | tuple):
+        return None
+    stack: list[tuple[Collection[object], int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children: Iterable[object]
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
         if depth > max_depth:
             return f"is nested more than {max_depth} levels deep (art stores at most {max_depth})"
+        children: Iterable[object] = item.values() if isinstance(item, dict) else item
         for child in children:
-            if isinstance(child, dict | list | tuple):
+            kind = type(child)
+            # Exact types first: a plan's arguments are mostly text and numbers, and every
+            # step's are walked when the plan is validated.
+            if kind is str or kind is int or kind is bool or child is None:
+                continue
+            if kind is float:
+                if not math.isfinite(cast(float, child)):
+                    return _NOT_FINITE
+            elif isinstance(child, dict | list | tuple):
                 stack.append((child, depth + 1))
-            elif type(child) is float and not math.isfinite(child):
-                return _NOT_FINITE
     return None
 
 
