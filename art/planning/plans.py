@@ -411,13 +411,21 @@ def _output_reference_problems(plan: Plan, registry: ToolCatalog) -> list[str]:
     if not callable(get):
         return []
     described: dict[str, tuple[str, Any]] = {}  # step id -> (tool name, output schema)
+    # Each tool's (name, output schema), looked up once per plan rather than per step.
+    outputs: dict[str, tuple[str, Any] | None] = {}
     for step in plan.steps:
-        tool = get(step.tool) if step.tool is not None else None
-        if tool is None:
+        name = step.tool
+        if name is None:
             continue
-        schema = step_output_schema(tool.schema)
-        if schema:
-            described.setdefault(step.id, (tool.schema.name, schema))
+        if name in outputs:
+            output = outputs[name]
+        else:
+            tool = get(name)
+            schema = step_output_schema(tool.schema) if tool is not None else None
+            output = (tool.schema.name, schema) if tool is not None and schema else None
+            outputs[name] = output
+        if output is not None:
+            described.setdefault(step.id, output)
     if not described:
         return []
 
