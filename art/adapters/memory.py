@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pydantic_core
 from pydantic import BaseModel
@@ -58,8 +58,9 @@ __all__ = ["MemoryStorage"]
 # JSON text is written (those secrets masked) when it is read. A plain tuple of plain
 # values: the garbage collector stops tracking it (not a NamedTuple), and a long run keeps
 # one per step. The values: a step's start as handed over (StepSnapshot), a finished
-# step's fields (dict), or a logged event's fields in EventSnapshot order (tuple).
-_Unwritten = tuple[StepSnapshot | dict[str, Any] | tuple[Any, ...], Secrets | None]
+# step's values in StepSnapshot order (`_step_values`), or a logged event's fields in
+# EventSnapshot order.
+_Unwritten = tuple[StepSnapshot | tuple[Any, ...], Secrets | None]
 
 
 def _written(kept: str | _Unwritten, model: type[BaseModel]) -> str:
@@ -69,8 +70,8 @@ def _written(kept: str | _Unwritten, model: type[BaseModel]) -> str:
     values, secrets = kept
     if isinstance(values, StepSnapshot):
         record: BaseModel = values.record()
-    elif isinstance(values, dict):
-        record = model.model_validate(values)
+    elif model is StepRecord:
+        record = StepRecord.model_validate(_step_fields(values))
     else:
         record = EventSnapshot(*values).stored()
     return dump_json(record, secrets=secrets or _NO_SECRETS)
@@ -111,33 +112,48 @@ def _secrets_in_force() -> Secrets | None:
     return secrets if secrets else None
 
 
-def _step_values(snapshot: StepSnapshot) -> dict[str, object]:
-    """The fields of the snapshot's record, with copies of its containers."""
-    args, decision = snapshot.args, snapshot.decision
-    values: dict[str, object] = {
-        "step_id": snapshot.step_id,
-        "tool": snapshot.tool,
-        "status": snapshot.status,
-        "attempts": snapshot.attempts,
-        "started_at": snapshot.started_at,
-        "ended_at": snapshot.ended_at,
-        "arrived_at": snapshot.arrived_at,
-        "args": None if args is None else own_copy(args),
-        "reason": snapshot.reason,
-        "decision": None if decision is None else own_copy(decision),
-    }
-    result = snapshot.result
+# The fields of a step's result as `_step_values` keeps them, in this order.
+_RESULT_FIELDS = ("call_id", "tool_name", "status", "output", "error", "metadata")
+
+
+def _step_values(snapshot: StepSnapshot) -> tuple[object, ...]:
+    """The snapshot's values with copies of its containers, its result's fields in
+    _RESULT_FIELDS order: tuples, made into the record's fields only when it is read
+    (`_step_fields`), as most finished steps' records are not."""
+    args, decision, result = snapshot.args, snapshot.decision, snapshot.result
+    kept_result = None
     if result is not None:
         output, metadata = result.output, result.metadata
-        values["result"] = {
-            "call_id": result.call_id,
-            "tool_name": result.tool_name,
-            "status": result.status,
-            "output": output if type(output) in JSON_SCALARS else own_copy(output),
-            "error": result.error,
-            "metadata": own_copy(metadata) if metadata else {},
-        }
-    return values
+        kept_result = (
+            result.call_id,
+            result.tool_name,
+            result.status,
+            output if type(output) in JSON_SCALARS else own_copy(output),
+            result.error,
+            own_copy(metadata) if metadata else {},
+        )
+    return (
+        snapshot.step_id,
+        snapshot.tool,
+        snapshot.status,
+        kept_result,
+        snapshot.attempts,
+        snapshot.started_at,
+        snapshot.ended_at,
+        snapshot.arrived_at,
+        None if args is None else own_copy(args),
+        snapshot.reason,
+        None if decision is None else own_copy(decision),
+    )
+
+
+def _step_fields(values: tuple[Any, ...]) -> dict[str, object]:
+    """The record's fields of what `_step_values` kept."""
+    fields: dict[str, object] = dict(zip(StepSnapshot._fields, values, strict=True))
+    result = fields.pop("result")
+    if result is not None:
+        fields["result"] = dict(zip(_RESULT_FIELDS, cast(tuple[object, ...], result), strict=True))
+    return fields
 
 
 class MemoryStorage(StorageAdapter):

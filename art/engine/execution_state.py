@@ -46,6 +46,9 @@ SaveSuspension = Callable[["Suspension"], Awaitable[None]]
 PlanUpdated = Callable[["Plan", int], Awaitable[None]]
 
 
+_new_snapshot = tuple.__new__
+
+
 class Stop(enum.Enum):
     """Why the execute phase stopped starting steps."""
 
@@ -116,18 +119,24 @@ class StepState:
 
     def snapshot(self) -> StepSnapshot:
         """The state as it is now, in plain values: what a save hands to storage."""
-        return StepSnapshot(
-            self.step_id,
-            self.tool,
-            self.status,
-            self.result,
-            self.attempts,
-            self.started_at,
-            self.ended_at,
-            self.arrived_at,
-            self.args,
-            self.reason,
-            self.decision,
+        # The tuple made directly (what StepSnapshot._make does, without the check of its
+        # length): the NamedTuple's __new__ is a Python call of eleven arguments, and a
+        # step is saved twice.
+        return _new_snapshot(
+            StepSnapshot,
+            (
+                self.step_id,
+                self.tool,
+                self.status,
+                self.result,
+                self.attempts,
+                self.started_at,
+                self.ended_at,
+                self.arrived_at,
+                self.args,
+                self.reason,
+                self.decision,
+            ),
         )
 
     def record(self) -> StepRecord:
