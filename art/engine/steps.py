@@ -34,7 +34,6 @@ from art.responses import RunError, StepStatus, utcnow
 from art.storage.contract import Suspension
 from art.tooling.contract import (
     ASKS_FOR_INPUT,
-    CancellationToken,
     ExecutionContext,
     ProgressStage,
     ToolResult,
@@ -165,7 +164,7 @@ class ToolCaller:
         self._resources = resources
         self._scheduler = scheduler
         self._interest = interest
-        self._tokens: dict[str, CancellationToken] = {}  # the running tool calls' signals
+        self._calls: dict[str, ExecutionContext] = {}  # the running tool calls' contexts
         self._in_tools = 0  # running steps whose tool call is under way
         self._idle = deps.idle
         self._idle_check: asyncio.Handle | None = None
@@ -245,23 +244,22 @@ class ToolCaller:
                 args = edited
                 if isinstance(edited, dict):
                     record.args = edited
-        token = run.cancellation.child()
         context = self._run_context.for_call(
             call_id,
             step_id,
             attempt,
             span,
             decision,
-            token,
+            run.cancellation,
             call if interest.updates_wanted else None,  # its relay is made by a first report
         )
-        self._tokens[step_id] = token
+        self._calls[step_id] = context
         run.stats.add_tool_call()
         self._in_tools += 1
         try:
             if (starting := call.start(args)) is not None:
                 await starting
-            if token.cancelled:  # the run was cancelled meanwhile (by a tool:before hook, say)
+            if context.cancelled:  # the run was cancelled meanwhile (by a tool:before hook, say)
                 raise asyncio.CancelledError
             if (
                 self._idle is not None
@@ -281,7 +279,7 @@ class ToolCaller:
             )
         except asyncio.CancelledError as exc:
             # The run cancelled the call (a `fail` policy, `inst.cancel`): it still ends.
-            why = token.reason
+            why = context.cancellation.reason
             if isinstance(exc, NotStopped):
                 why = f"{why or 'cancelled'}; {exc}"
             cancelled = _cancelled_result(call_id, name, why)
@@ -291,8 +289,8 @@ class ToolCaller:
             raise
         finally:
             self._in_tools -= 1
-            self._tokens.pop(step_id, None)
-            token.detach()
+            self._calls.pop(step_id, None)
+            context.release()
         if (ending := call.finish(outcome.result, args)) is not None:
             await ending
         return outcome, None
@@ -305,8 +303,8 @@ class ToolCaller:
 
     def cancel_calls(self, reason: str) -> None:
         """Signal every running call to stop (before its task sees CancelledError)."""
-        for token in list(self._tokens.values()):
-            token.cancel(reason)
+        for context in list(self._calls.values()):
+            context.cancellation.cancel(reason)
 
     def close(self) -> None:
         if self._idle_check is not None:

@@ -198,6 +198,7 @@ class ExecutionContext:
 
     __slots__ = (
         "_cancellation",
+        "_follows",
         "_reporter",
         "_span",
         "agent",
@@ -269,6 +270,7 @@ class ExecutionContext:
         self.decision = decision
         self._span: SpanContext | SpanIdsFactory | None = span
         self._cancellation: CancellationToken | None = None
+        self._follows: CancellationToken | None = None
         self._reporter: ProgressReporter | None = None
 
     def for_call(
@@ -278,11 +280,14 @@ class ExecutionContext:
         attempt: int,
         span: SpanContext | SpanIdsFactory,
         decision: dict[str, Any] | None,
-        cancellation: CancellationToken,
+        follows: CancellationToken,
         reporter: ProgressReporter | None,
     ) -> ExecutionContext:
         """This run's context for one tool call (engine use): the run's fields shared,
-        the call's own set, without checking again what was checked once per run."""
+        the call's own set, without checking again what was checked once per run. The
+        call's token, a child of `follows` (the run's), is made when first asked for:
+        when the call is cancelled on its own (a timeout) or a tool reads it; until
+        then `cancelled` reads the run's. `release()` it when the call is over."""
         context = _new_context(ExecutionContext)
         context.thread_id = self.thread_id
         context.trace_id = self.trace_id
@@ -296,7 +301,8 @@ class ExecutionContext:
         context.attempt = attempt
         context._span = span
         context.decision = decision
-        context._cancellation = cancellation
+        context._cancellation = None
+        context._follows = follows
         context._reporter = reporter
         return context
 
@@ -327,14 +333,30 @@ class ExecutionContext:
 
     @property
     def cancellation(self) -> CancellationToken:
-        if self._cancellation is None:
-            self._cancellation = CancellationToken()
-        return self._cancellation
+        token = self._cancellation
+        if token is None:
+            with _TOKEN_MADE:  # the loop and a tool's thread may both ask first
+                token = self._cancellation
+                if token is None:
+                    follows = self._follows
+                    token = follows.child() if follows is not None else CancellationToken()
+                    self._cancellation = token
+        return token
 
     @property
     def cancelled(self) -> bool:
         """True once the run (or this call's timeout) asked the tool to stop."""
-        return self.cancellation.cancelled
+        token = self._cancellation
+        if token is None:  # nothing cancelled this call on its own
+            return self._follows is not None and self._follows.cancelled
+        return token.cancelled
+
+    def release(self) -> None:
+        """The call is over (engine use): its token, if it was made, stops following
+        the run's, so that a long run's token does not keep every call's alive."""
+        token = self._cancellation
+        if token is not None:
+            token.detach()
 
     def progress(
         self,
@@ -387,6 +409,8 @@ _CONTEXT_FIELDS = (
     "decision",
 )
 _new_context = object.__new__
+# Taken only to make a call's cancellation token, when it is first asked for.
+_TOKEN_MADE = threading.Lock()
 
 
 class SpanIdsFactory(Protocol):
