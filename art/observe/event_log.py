@@ -135,24 +135,26 @@ def stored_events(
             data = own_copy(compact(data) if compact is not None else data)
             if name in _REDACTED_EVENTS:
                 data = redact(data)
+        # Each tuple made directly: the NamedTuple's __new__ is a Python call per event.
+        values: tuple[object, ...]
         if span is None:
-            stored.append(
-                EventSnapshot(thread_id, run_id, name, data, trace_id, None, None, timestamp)
-            )
+            values = (thread_id, run_id, name, data, trace_id, None, None, timestamp)
         else:
-            stored.append(
-                EventSnapshot(
-                    thread_id,
-                    run_id,
-                    name,
-                    data,
-                    span.trace_id,
-                    span.span_id,
-                    span.parent_span_id,
-                    timestamp,
-                )
+            values = (
+                thread_id,
+                run_id,
+                name,
+                data,
+                span.trace_id,
+                span.span_id,
+                span.parent_span_id,
+                timestamp,
             )
+        stored.append(_new_snapshot(EventSnapshot, values))
     return stored
+
+
+_new_snapshot = tuple.__new__
 
 
 class EventLogWriter:

@@ -175,10 +175,14 @@ def resolve_references(value: object, outputs: Mapping[str, object]) -> object:
         if _MARKER not in value:
             return value
         return _resolve_string(value, outputs)
-    if type(value) in _SCALARS:
+    kind = type(value)
+    if kind in _SCALARS:
         return value
     new: object
-    if type(value) is dict or isinstance(value, Mapping):
+    # A list (a step's inputs) is told apart before the Mapping check, which is an ABC's.
+    if isinstance(value, dict) or (
+        kind is not list and kind is not tuple and isinstance(value, Mapping)
+    ):
         resolved: dict[object, object] | None = None
         for key, item in value.items():
             if type(item) in _SCALARS:
