@@ -849,11 +849,10 @@ async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instanc
     assert first.status == second.status == "success"
     assert len(threads_of_first) == 8 and threading.main_thread() not in threads_of_first
     assert set(seen) == threads_of_first  # started once, used again by the next run
-    # Private on purpose: no public API shows the instance's tool threads outliving a run.
-    pool = inst._tool_pool
-    assert pool is not None
     await inst.aclose()
-    assert inst._tool_pool is None and pool._shutdown
+    for thread in threads_of_first:  # closing the instance stops its tool threads
+        await asyncio.to_thread(thread.join, 10)
+    assert not any(thread.is_alive() for thread in threads_of_first)
 
 
 async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scripted_model, make):
@@ -865,14 +864,14 @@ async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scr
     plan = {"steps": [{"id": "s1", "tool": "late", "args": {"n": 1}}]}
     inst = make([], model=scripted_model(planning=plan, synthesis="ok"))
     # Private on purpose: whether the instance made its threads has no public view.
-    assert inst._tool_threads() is None  # no `def` tool yet: no threads
+    assert not inst._runtime.has_tool_threads  # no `def` tool yet: no threads
     inst.registry.register(late)
 
     response = await inst.aprocess("go", "t")
 
     assert response.status == "success"
     assert response.steps[0].output.startswith("art-tool")
-    assert inst._tool_pool is not None  # the instance's threads, not a pool of the run's
+    assert inst._runtime.has_tool_threads  # the instance's threads, not a pool of the run's
 
 
 async def test_the_event_log_is_written_while_the_run_waits_for_its_tools(scripted_model, make):
