@@ -713,11 +713,11 @@ def test_configuration_mistakes_raise_at_construction(scripted_model):
 
 
 def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypatch):
-    import art.instance
+    import art.adapters.local
 
     monkeypatch.delenv("ART_MODEL", raising=False)
-    # Private on purpose: whether the local extra is installed is the machine's, not the test's.
-    monkeypatch.setattr(art.instance, "_local_available", lambda: False)
+    # Whether the local extra is installed is the machine's, not the test's.
+    monkeypatch.setattr(art.adapters.local, "available", lambda: False)
     with pytest.raises(ConfigurationError) as caught:
         art.create_art_instance(storage="memory://")
     message = str(caught.value)
@@ -728,14 +728,14 @@ def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypat
 
 
 def test_the_model_comes_from_art_model_else_the_local_demo_model(monkeypatch):
-    import art.instance
+    import art.adapters.local
 
     monkeypatch.setenv("ART_MODEL", "openai/gpt-4o-mini")
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "openai/gpt-4o-mini"
     monkeypatch.delenv("ART_MODEL")
-    # Private on purpose: as above, the local extra is taken as installed.
-    monkeypatch.setattr(art.instance, "_local_available", lambda: True)
+    # As above, the local extra is taken as installed.
+    monkeypatch.setattr(art.adapters.local, "available", lambda: True)
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "local/smollm2"
 
@@ -863,7 +863,7 @@ async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scr
 
     plan = {"steps": [{"id": "s1", "tool": "late", "args": {"n": 1}}]}
     inst = make([], model=scripted_model(planning=plan, synthesis="ok"))
-    # Private on purpose: whether the instance made its threads has no public view.
+    # private: whether the instance made its threads has no public view.
     assert not inst._runtime.has_tool_threads  # no `def` tool yet: no threads
     inst.registry.register(late)
 

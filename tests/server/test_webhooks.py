@@ -17,7 +17,7 @@ import pytest
 
 from art.server import ServerSettings
 from art.server.webhooks import sign, verify_signature
-from art.testing._serving import ServerThread
+from art.testing._serving import ServerThread  # private: FakeProvider's server loop; unexported
 
 from .conftest import APPROVAL_PLAN, Server
 
