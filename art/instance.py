@@ -147,14 +147,13 @@ class ArtInstance:
         self._runtime = Runtime("art-instance")
         self._deps = RunDepsFactory(
             self.config,
-            self.storage,
             self.registry,
             model=self.model,
             planning_model=self.planning_model,
             synthesis_model=self.synthesis_model,
             tool_threads=lambda: self._runtime.tool_threads(self.registry),
         )
-        self._runs = ActiveRuns(self.storage, self.events)
+        self._runs = ActiveRuns(self.events)
         self._opened = False
         self._providers_ready = False
         self._closed = False
@@ -675,13 +674,15 @@ class ArtInstance:
         """The one path of `process` and `aresume_execution`: the call's keys known to what
         writes for it, the run found under the thread's lease and driven (`ActiveRuns`)."""
         with self._secrets_in_use(opts):
+            storage = self.storage
             return await self._runs.lease_and_drive(
+                storage,
                 thread_id,
                 opts,
                 config,
                 started,
                 open_,
-                lambda setup: self._deps.run_deps(opts, setup),
+                lambda setup: self._deps.run_deps(storage, opts, setup),
                 sinks=sinks,
             )
 

@@ -874,6 +874,20 @@ async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scr
     assert inst._runtime.has_tool_threads  # the instance's threads, not a pool of the run's
 
 
+async def test_runs_use_the_storage_the_instance_holds_when_they_start(scripted_model, make):
+    # The server wraps an instance's storage after building it (its event journal).
+    inst = make([Add()], model=scripted_model(planning=ADD_PLAN, synthesis="ten"))
+    first, later = inst.storage, MemoryStorage()
+    await later.open()
+    inst.storage = later
+
+    response = await inst.aprocess("go", "t")
+
+    assert response.content == "ten"
+    assert [r.status for r in await later.list_runs("t")] == ["completed"]
+    assert await first.list_runs("t") == []
+
+
 async def test_the_event_log_is_written_while_the_run_waits_for_its_tools(scripted_model, make):
     release = asyncio.Event()
 

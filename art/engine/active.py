@@ -71,17 +71,16 @@ class StartingCall:
 
 
 class ActiveRuns:
-    """The runs under way on `storage`'s threads through one instance, and the calls about
-    to start one."""
+    """The runs under way through one instance, and the calls about to start one."""
 
-    def __init__(self, storage: StorageAdapter, bus: EventBus) -> None:
-        self._storage = storage
+    def __init__(self, bus: EventBus) -> None:
         self._bus = bus
         self._running: dict[str, Run] = {}
         self._starting: dict[str, list[StartingCall]] = {}
 
     async def lease_and_drive(
         self,
+        storage: StorageAdapter,
         thread_id: str,
         opts: ProcessOptions,
         config: ExecutionConfig,
@@ -91,12 +90,13 @@ class ActiveRuns:
         *,
         sinks: Sequence[EventSink],
     ) -> AgentFinalResponse:
-        """Take the thread's lease, find the run (`open_`, where a `run:before` hook may
-        veto it), give it its collaborators (`deps_for`) and drive it. A busy thread, a
-        veto or a cancel before the run exists come back as a response."""
+        """Take the thread's lease from `storage`, find the run (`open_`, where a
+        `run:before` hook may veto it), give it its collaborators (`deps_for`) and drive
+        it. A busy thread, a veto or a cancel before the run exists come back as a
+        response."""
         with self._start(thread_id, opts.run_id) as starting:
             try:
-                async with self._storage.lease(thread_id):
+                async with storage.lease(thread_id):
                     try:
                         opened = await open_()
                     except HookVeto as veto:

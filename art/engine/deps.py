@@ -29,7 +29,6 @@ class RunDepsFactory:
     def __init__(
         self,
         config: ArtInstanceConfig,
-        storage: StorageAdapter,
         registry: ToolRegistry,
         *,
         model: str,
@@ -38,7 +37,6 @@ class RunDepsFactory:
         tool_threads: Callable[[], ToolThreads | None],
     ) -> None:
         self._config = config
-        self._storage = storage
         self._registry = registry
         self._model = model
         self._planning_model = planning_model
@@ -72,11 +70,12 @@ class RunDepsFactory:
         except ValidationError as exc:
             raise ConfigurationError(f"invalid execution_config override: {exc}") from None
 
-    def run_deps(self, opts: ProcessOptions, setup: RunSetup) -> RunDeps:
-        """What one run of a call with `opts` borrows, over its `setup`'s tools."""
+    def run_deps(self, storage: StorageAdapter, opts: ProcessOptions, setup: RunSetup) -> RunDeps:
+        """What one run of a call with `opts` borrows: `storage` (the instance's at the
+        time: a server wraps it after construction) and its `setup`'s tools."""
         llm = self.llm_client(opts.llm_params)
         return RunDeps(
-            storage=self._storage,
+            storage=storage,
             setup=setup,
             llm=llm,
             planner=self.planner(llm, setup.registry),
