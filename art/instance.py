@@ -48,7 +48,7 @@ from art.core.spans import SpanContext
 from art.engine.active import ActiveRuns, OpenedRun
 from art.engine.context import RunContext
 from art.engine.deps import RunDepsFactory
-from art.engine.fork import fork_record
+from art.engine.fork import store_fork
 from art.engine.run import (
     HISTORY_LIMIT,
     open_resumed_run,
@@ -57,7 +57,7 @@ from art.engine.run import (
 )
 from art.engine.runtime import Runtime
 from art.engine.suspension import Decision, SuspendedState, parse_decision
-from art.errors import ConfigurationError, ForkError, ThreadBusyError
+from art.errors import ConfigurationError
 from art.llm import chat as llm_chat
 from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
 from art.llm.model import model_name
@@ -382,18 +382,12 @@ class ArtInstance:
         thread."""
         self._check_open()
         await self._prepare()
-        source = await self.storage.get_run(run_id)
-        if source is None or source.thread_id != thread_id:
-            raise ForkError(f"no run {run_id!r} on thread {thread_id!r}", code="FORK_RUN_NOT_FOUND")
-        record = fork_record(
-            source, step_id, self.registry, args=dict(args) if args is not None else None
+        edited = dict(args) if args is not None else None
+        record = await store_fork(
+            self.storage, self.registry, thread_id, run_id, step_id, args=edited
         )
-        async with self.storage.lease(thread_id):
-            if await self.storage.get_active_run(thread_id) is not None:
-                raise ThreadBusyError(thread_id)
-            await self.storage.create_run(record)
         opts = process_options(options).model_copy(update={"run_id": record.run_id})
-        return await self.aprocess(source.query, thread_id, opts)
+        return await self.aprocess(record.query, thread_id, opts)
 
     def fork(
         self,
