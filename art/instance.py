@@ -350,7 +350,10 @@ class ArtInstance:
             record, decided, setup = await open_resumed_run(
                 self.storage, self.registry, self.events, thread_id, suspension_id, parsed, opts
             )
-            start = {"suspension_id": suspension_id, "decision": decided.decision}
+            start: dict[str, object] = {
+                "suspension_id": suspension_id,
+                "decision": decided.decision,
+            }
             return OpenedRun(record, setup, continued=True, start=start, resumed=decided)
 
         return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=())

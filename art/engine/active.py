@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from art.config import ExecutionConfig, ProcessOptions
 from art.engine.phases import drive
@@ -37,7 +36,7 @@ class OpenedRun:
     record: RunRecord
     setup: RunSetup
     continued: bool
-    start: dict[str, Any] = field(default_factory=dict)
+    start: dict[str, object] = field(default_factory=dict)
     resumed: Suspension | None = None
 
 
@@ -46,7 +45,7 @@ class StartingCall:
     then answers CANCELLED; once handed over, a cancel goes to the run."""
 
     def __init__(
-        self, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
+        self, task: asyncio.Task[object] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
     ) -> None:
         self.task = task
         self.loop = loop
@@ -169,7 +168,7 @@ class ActiveRuns:
         return True
 
     async def _drive(
-        self, run: Run, start_data: dict[str, Any], *, resumed: Suspension | None = None
+        self, run: Run, start_data: dict[str, object], *, resumed: Suspension | None = None
     ) -> AgentFinalResponse:
         """Drive `run`, reachable by `cancel` while it runs."""
         self._running[run.thread_id] = run
