@@ -38,6 +38,7 @@ from art.config import (
     ArtInstanceConfig,
     ExecutionConfig,
     ProcessOptions,
+    instance_config,
     process_options,
 )
 from art.core.log import get_logger
@@ -123,7 +124,7 @@ class ArtInstance:
     """An engine: model, tools, storage and events. Build it with `art.create_art_instance`."""
 
     def __init__(self, config: ArtInstanceConfig | None = None, **fields: Any) -> None:
-        self.config = _build_config(config, fields)
+        self.config = instance_config(config, fields)
         self.model = _resolve_model(self.config)
         self.planning_model = model_name(self.config.planning_model) or self.model
         self.synthesis_model = model_name(self.config.synthesis_model) or self.model
@@ -689,24 +690,6 @@ class ArtInstance:
 
 #: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
 _ALL_MESSAGES = 2**62
-
-
-def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstanceConfig:
-    try:
-        if config is None:
-            return ArtInstanceConfig.model_validate(dict(fields))
-        if not isinstance(config, ArtInstanceConfig):
-            config = ArtInstanceConfig.model_validate(config)
-        if fields:
-            merged = {**config.model_dump(exclude_unset=True), **fields}
-            # Objects (tools, adapters, callbacks) must not be copied through model_dump.
-            for name in ("tools", "storage", "callbacks", "mcp_servers"):
-                if name not in fields and name in config.model_fields_set:
-                    merged[name] = getattr(config, name)
-            return ArtInstanceConfig.model_validate(merged)
-        return config
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid art configuration: {exc}") from None
 
 
 def _resolve_model(config: ArtInstanceConfig) -> str:
