@@ -112,7 +112,7 @@ class RunManager:
         self,
         thread_id: str,
         query: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
         strategy: MultitaskStrategy = "reject",
         webhook: str | None = None,
     ) -> ActiveRun:
@@ -132,8 +132,8 @@ class RunManager:
         thread_id: str,
         run_id: str,
         step_id: str,
-        args: Mapping[str, Any] | None = None,
-        options: Mapping[str, Any] | None = None,
+        args: Mapping[str, object] | None = None,
+        options: Mapping[str, object] | None = None,
         webhook: str | None = None,
     ) -> ActiveRun:
         """Start a fork of `run_id` from `step_id` (see `ArtInstance.afork`); raises its
@@ -145,7 +145,7 @@ class RunManager:
         self,
         thread_id: str,
         query: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
         webhook: str | None = None,
     ) -> QueuedRun:
         """Queue `query` to run on `thread_id` once the runs before it (here, queued here,
@@ -222,7 +222,7 @@ class RunManager:
         thread_id: str,
         suspension_id: str,
         decision: Decision,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
     ) -> ActiveRun:
         """Record `decision` and continue the suspended run (see `start`). Raises the
         engine's SuspensionError for an unknown or already-decided suspension."""
@@ -254,7 +254,7 @@ class RunManager:
     async def _launch(
         self,
         thread_id: str,
-        coro: Coroutine[Any, Any, AgentFinalResponse],
+        coro: Coroutine[object, None, AgentFinalResponse],
         webhook: str | None = None,
     ) -> ActiveRun:
         if self.draining:
