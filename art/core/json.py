@@ -1,9 +1,7 @@
-"""The type of JSON data once parsed: what `json.loads` returns, with no `Any` in it.
+"""JSON values as Python types: what `json.loads` returns, and what a JSON document holds.
 
-Use `JsonValue` where a value is JSON (a parsed request body, a stored document, a schema);
-values that may also hold bytes or other Python objects (a tool's output) are `object`.
-A parameter that only reads a JSON object takes `Mapping[str, object]`: dicts are
-invariant, so a `dict[str, str]` is not a `JsonObject`.
+Parameters that only walk data with isinstance checks take `object`; these aliases say
+what a value is once it is known to be JSON (a parsed reply, a JSON Schema, a stored record).
 """
 
 from __future__ import annotations
@@ -12,8 +10,9 @@ from typing import TypeAlias
 
 __all__ = ["JsonObject", "JsonScalar", "JsonValue"]
 
+#: A JSON scalar: string, number, boolean or null.
 JsonScalar: TypeAlias = str | int | float | bool | None
-#: Any JSON value: a scalar, an array or an object of JSON values.
-JsonValue: TypeAlias = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
+#: Any JSON value: a scalar, an array of values or an object of values.
+JsonValue: TypeAlias = "JsonScalar | list[JsonValue] | dict[str, JsonValue]"
 #: A JSON object.
-JsonObject: TypeAlias = dict[str, JsonValue]
+JsonObject: TypeAlias = "dict[str, JsonValue]"
