@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Required, TypedDict, TypeVar, Unpack
 
 import psycopg
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
@@ -607,12 +607,27 @@ class ProcrastinateQueue(QueueBackend):
         )
 
 
+class _WorkerOptions(TypedDict, total=False):
+    """The procrastinate Worker settings art's worker gives."""
+
+    app: Required[App]
+    queues: list[str]
+    name: str
+    concurrency: int
+    fetch_job_polling_interval: float
+    abort_job_polling_interval: float
+    shutdown_graceful_timeout: float | None
+    install_signal_handlers: bool
+    update_heartbeat_interval: float
+    stalled_worker_timeout: float
+
+
 class _Worker(pq_worker.Worker):
     """procrastinate's worker with art's take-over loop; it ends only the jobs it still holds
     (not one taken over while it was presumed dead), and looks for the next run of a thread
     at once when a run of it ends (procrastinate announces new jobs, not freed locks)."""
 
-    def __init__(self, owner: ProcrastinateWorker, **options: Any) -> None:
+    def __init__(self, owner: ProcrastinateWorker, **options: Unpack[_WorkerOptions]) -> None:
         super().__init__(**options)
         self.owner = owner
 

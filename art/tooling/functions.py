@@ -165,7 +165,7 @@ class FunctionTool(IToolExecutor, Generic[P, R]):
         )
 
     def _arguments(
-        self, input: dict[str, Any], context: ExecutionContext
+        self, input: Mapping[str, object], context: ExecutionContext
     ) -> tuple[list[object], dict[str, object]] | ToolResult:
         """The function's arguments from `input`, or the VALIDATION_ERROR result."""
         try:
