@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
@@ -31,7 +31,7 @@ from art.core.binary import JsonDict
 from art.core.json import JsonValue
 from art.core.log import get_logger
 from art.core.serialization import safe_stringify, truncate
-from art.observe.event_log import stored_events
+from art.observe.event_log import Redact, stored_events
 from art.observe.events import Event
 from art.responses import AgentFinalResponse, ConversationMessage, StepRecord, utcnow
 from art.storage.contract import (
@@ -88,7 +88,7 @@ def _with_totals(data: dict[str, object]) -> dict[str, object]:
     }
 
 
-def stored_event(event: Event, redact: Callable[[object], object]) -> StoredEvent:
+def stored_event(event: Event, redact: Redact) -> StoredEvent:
     """`event` as the journal stores it: the engine's stored form of its data (a prompt's
     size, not the prompt; secrets masked), a run's end with its usage and cost, and every
     value but a plan cut to MAX_VALUE_CHARS of JSON (a plan is kept whole: the inspector
@@ -112,7 +112,7 @@ def stored_event(event: Event, redact: Callable[[object], object]) -> StoredEven
 class EventJournal:
     """Writes the events of the threads this process holds to storage, in order, at once."""
 
-    def __init__(self, storage: StorageAdapter, redact: Callable[[object], object]) -> None:
+    def __init__(self, storage: StorageAdapter, redact: Redact) -> None:
         self._storage = storage
         self._redact = redact
         self._holding: set[str] = set()
