@@ -187,7 +187,7 @@ class RunManager:
         self,
         thread_id: str,
         query: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
         webhook: str | None = None,
     ) -> RunHandle:
         """Queue `query` in the run queue (`enqueue_to_queue`), where a worker runs it after
