@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import ServerSentEvent
 from starlette.responses import JSONResponse, Response
 
+from art.core.json import JsonObject
 from art.engine.suspension import suspended_message
 from art.server.context import ServerContext, get_context
 from art.server.principals import Principal, authenticated
@@ -81,7 +82,7 @@ def _query(request: ChatRequest, threaded: bool) -> str:
 
 
 @router.get("/models")
-async def list_models() -> dict[str, Any]:  # FastAPI's response model: the OpenAPI schema
+async def list_models() -> JsonObject:
     """The models this endpoint serves: one, the agent."""
     return {
         "object": "list",
