@@ -340,3 +340,25 @@ def _storable_options(options: ProcessOptions) -> ProcessOptions:
         if problem is not None:
             raise ConfigurationError(f"invalid process options: {name} {problem}")
     return options
+
+
+def instance_config(
+    config: ArtInstanceConfig | None, fields: Mapping[str, Any]
+) -> ArtInstanceConfig:
+    """An instance's configuration: `config` with `fields` over it; raises
+    ConfigurationError for a bad one."""
+    try:
+        if config is None:
+            return ArtInstanceConfig.model_validate(dict(fields))
+        if not isinstance(config, ArtInstanceConfig):
+            config = ArtInstanceConfig.model_validate(config)
+        if fields:
+            merged = {**config.model_dump(exclude_unset=True), **fields}
+            # Objects (tools, adapters, callbacks) must not be copied through model_dump.
+            for name in ("tools", "storage", "callbacks", "mcp_servers"):
+                if name not in fields and name in config.model_fields_set:
+                    merged[name] = getattr(config, name)
+            return ArtInstanceConfig.model_validate(merged)
+        return config
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid art configuration: {exc}") from None

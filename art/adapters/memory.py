@@ -147,7 +147,7 @@ def _step_values(snapshot: StepSnapshot) -> tuple[object, ...]:
     )
 
 
-def _step_fields(values: tuple[Any, ...]) -> dict[str, object]:
+def _step_fields(values: tuple[object, ...]) -> dict[str, object]:
     """The record's fields of what `_step_values` kept."""
     fields: dict[str, object] = dict(zip(StepSnapshot._fields, values, strict=True))
     result = fields.pop("result")

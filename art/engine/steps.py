@@ -409,7 +409,7 @@ class _Call:
         }
         return _emit(self.deps, "tool:update", data, self.span.context())
 
-    def __call__(self, stage: ProgressStage, payload: dict[str, Any]) -> None:
+    def __call__(self, stage: ProgressStage, payload: dict[str, object]) -> None:
         """The tool's progress report (its context's reporter): the first one makes the
         relay that carries them, so a call that never reports costs none."""
         relay = self.relay

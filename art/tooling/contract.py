@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from pydantic import ConfigDict, Field
@@ -239,11 +239,11 @@ class ExecutionContext:
         session_id: str | None = None,
         message_id: str | None = None,
         agent: str = "art",
-        extra: dict[str, Any] | None = None,
+        extra: dict[str, object] | None = None,
         attempt: int = 1,
         span: SpanContext | None = None,
-        decision: dict[str, Any] | None = None,
-        **aliases: Any,
+        decision: dict[str, object] | None = None,
+        **aliases: str | None,
     ) -> None:
         given = {
             "thread_id": thread_id,
@@ -279,7 +279,7 @@ class ExecutionContext:
         step_id: str,
         attempt: int,
         span: SpanContext | SpanIdsFactory,
-        decision: dict[str, Any] | None,
+        decision: dict[str, object] | None,
         follows: CancellationToken,
         reporter: ProgressReporter | None,
     ) -> ExecutionContext:
@@ -361,9 +361,9 @@ class ExecutionContext:
     def progress(
         self,
         title: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
         *,
-        output: Any = None,
+        output: object = None,
     ) -> None:
         """Report progress (seed 000's `ctx.metadata()`): a title and partial metadata.
 
@@ -372,7 +372,7 @@ class ExecutionContext:
         """
         if self._reporter is None:
             return
-        payload: dict[str, Any] = {}
+        payload: dict[str, object] = {}
         if title is not None:
             payload["title"] = title
         if metadata:
@@ -381,7 +381,7 @@ class ExecutionContext:
             payload["output"] = output
         self._reporter("streaming" if output is not None else "running", payload)
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in _CONTEXT_FIELDS}
 
     def __eq__(self, other: object) -> bool:
@@ -436,7 +436,10 @@ class IToolExecutor(ABC):
 
     # Short ways to build this tool's result for the call `context` serves.
     def ok(
-        self, context: ExecutionContext, output: Any = None, metadata: dict[str, Any] | None = None
+        self,
+        context: ExecutionContext,
+        output: object = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> ToolResult:
         """A `success` result carrying `output`."""
         return ToolResult(
@@ -454,8 +457,8 @@ class IToolExecutor(ABC):
         *,
         code: str = "UNKNOWN",
         retryable: bool = False,
-        output: Any = None,
-        metadata: dict[str, Any] | None = None,
+        output: object = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> ToolResult:
         """An `error` result: `error` says what went wrong, `code` is a ToolErrorCode,
         `retryable` lets the engine call the tool again; `output` is any partial data."""
@@ -468,7 +471,7 @@ class IToolExecutor(ABC):
             metadata={**(metadata or {}), "error_code": str(code), "retryable": retryable},
         )
 
-    def ask(self, context: ExecutionContext, question: Any = None) -> ToolResult:
+    def ask(self, context: ExecutionContext, question: object = None) -> ToolResult:
         """A `suspended` result (blocking tools only): `question` is what a person is asked."""
         return ToolResult(
             call_id=context.call_id, tool_name=self.schema.name, status="suspended", output=question
