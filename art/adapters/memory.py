@@ -107,11 +107,6 @@ class _Suspension(NamedTuple):
 _NO_SECRETS = Secrets()
 
 
-def _secrets_in_force() -> Secrets | None:
-    secrets = current_secrets()
-    return secrets if secrets else None
-
-
 # The fields of a step's result as `_step_values` keeps them, in this order.
 _RESULT_FIELDS = ("call_id", "tool_name", "status", "output", "error", "metadata")
 
@@ -261,9 +256,9 @@ class MemoryStorage(StorageAdapter):
             if snapshot.status == "in_progress":
                 # A step's start, which its end replaces a moment later: kept as handed
                 # over (the engine replaces a record's values, it never edits them).
-                kept = (snapshot, _secrets_in_force())
+                kept = (snapshot, current_secrets() or None)
             else:
-                kept = (_step_values(snapshot), _secrets_in_force())
+                kept = (_step_values(snapshot), current_secrets() or None)
             self._keep_step(run_id, snapshot.step_id, kept)
         else:  # a subclass's save_step sees every record
             await self.save_step(run_id, snapshot.record())
@@ -385,7 +380,7 @@ class MemoryStorage(StorageAdapter):
             await self.append_events([snapshot.stored() for snapshot in snapshots])
             return
         # The snapshots' data are their own (EventSnapshot): kept as they are.
-        secrets = _secrets_in_force()
+        secrets = current_secrets() or None
         self._keep_events(
             [(s.thread_id, s.name, as_utc(s.timestamp), (tuple(s), secrets)) for s in snapshots]
         )

@@ -295,11 +295,13 @@ class ToolCaller:
             await ending
         return outcome, None
 
-    async def wait_turn(self, entry: ToolEntry) -> None:
-        """Let the threads start the `def` calls handed out so far (art.tooling.threads)."""
+    def wait_turn(self, entry: ToolEntry) -> Awaitable[None] | None:
+        """The wait that lets the threads start the `def` calls handed out so far
+        (art.tooling.threads), when there is one: no coroutine per step otherwise."""
         calls = self._resources.thread_calls
         if calls is not None and calls.gate_closed and not entry.is_async:
-            await calls.wait_turn()
+            return calls.wait_turn()
+        return None
 
     def cancel_calls(self, reason: str) -> None:
         """Signal every running call to stop (before its task sees CancelledError)."""
@@ -388,7 +390,7 @@ class _Call:
         self.schema = schema
         self.started = False
         self.ended = False
-        self.started_at = time.perf_counter()
+        self.started_at = 0.0  # the clock is read by start()
 
     def start(self, args: dict[str, Any], **extra: Any) -> Awaitable[Any] | None:
         """Mark the execution started; the `start` update to await, when anything sees it."""
@@ -695,7 +697,8 @@ class StepRunner:
                 record, "failed", span, f"unknown tool {step.tool!r} (registered: {known})"
             )
             return
-        await self.tools.wait_turn(entry)
+        if (turn := self.tools.wait_turn(entry)) is not None:
+            await turn
         decision = record.decision
         try:
             if decision is not None and record.args is not None:

@@ -454,34 +454,53 @@ async def _in_task(
     raw = tool.execute(args, context)
     if not inspect.isawaitable(raw):
         return raw
-    result = await _Abandonable(raw.__await__(), name, grace_s, told)
+    call = raw.__await__()
+    try:
+        # Run to its first wait here: an instant tool returns without one, and needs no
+        # watching for a cancellation it could ignore.
+        waits_on = call.send(None)
+    except StopIteration as stop:
+        result = stop.value
+    else:
+        result = await _Abandonable(call, waits_on, name, grace_s, told)
     if type(result) is not ToolResult and inspect.isawaitable(result):
         result = await _settled(result)
     return result
 
 
 class _Abandonable:
-    """Awaits a call as `await` would, watching for a cancellation the call ignores."""
+    """Awaits the rest of a call as `await` would, from its first wait (`waits_on`),
+    watching for a cancellation the call ignores."""
 
-    __slots__ = ("_call", "_grace_s", "_name", "_told")
+    __slots__ = ("_call", "_grace_s", "_name", "_told", "_waits_on")
 
     def __init__(
         self,
         call: Generator[object, object, object],
+        waits_on: object,
         name: str,
         grace_s: float,
         told: Callable[[], bool],
     ) -> None:
         self._call = call
+        self._waits_on = waits_on
         self._name = name
         self._grace_s = grace_s
         self._told = told  # True once the engine has told the call to stop
 
     def __await__(self) -> Generator[object, object, object]:
         call, told = self._call, self._told
-        value: object = None
-        error: BaseException | None = None
+        waits_on = self._waits_on
+        value: object
+        error: BaseException | None
         while True:
+            try:
+                value, error = (yield waits_on), None
+            except GeneratorExit:
+                call.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: its cancellation
+                value, error = None, exc
             try:
                 waits_on = call.send(value) if error is None else call.throw(error)
             except StopIteration as stop:
@@ -490,13 +509,6 @@ class _Abandonable:
                 # Told to stop, it waits on: it may, for `grace_s`. (A cancellation of
                 # the tool's own, e.g. an anyio cancel scope's, is none of ours.)
                 return (yield from self._within_grace(waits_on))
-            try:
-                value, error = (yield waits_on), None
-            except GeneratorExit:
-                call.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: its cancellation
-                value, error = None, exc
 
     def _within_grace(self, waits_on: object) -> Generator[object, object, object]:
         """Go on with a call that ignored its cancellation until it ends or `grace_s`
