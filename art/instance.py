@@ -720,10 +720,8 @@ class ArtInstance:
 
     def _mcp_sampler(self) -> Any:
         from art.adapters.mcp.sampling import Sampler
-        from art.llm.model import LiteLLMModel
 
-        model = self.config.model_objects().get(self.model) or LiteLLMModel(self.model)
-        return Sampler(model, self.config.llm_params)
+        return Sampler(self._llm_client(None).model_for(self.model), self.config.llm_params)
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""

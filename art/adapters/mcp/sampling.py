@@ -41,6 +41,8 @@ class Sampler:
         """The model's reply; raises ValueError for content it cannot send."""
         from mcp_types import CreateMessageResult, TextContent
 
+        from art.llm.model import ModelRequest
+
         messages: list[dict[str, Any]] = []
         if params.system_prompt:
             messages.append({"role": "system", "content": params.system_prompt})
@@ -50,24 +52,29 @@ class Sampler:
             if any(text is None for text in texts):
                 raise ValueError("only text messages can be sampled")
             messages.append({"role": message.role, "content": "\n".join(map(str, texts))})
-        request: dict[str, Any] = {
-            **self.llm_params,
-            "model": self.model.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "metadata": {"art_phase": SAMPLING_PHASE, "mcp_server": server},
-        }
+        settings: dict[str, Any] = {**self.llm_params, "max_tokens": max_tokens}
+        metadata = {**(settings.pop("metadata", None) or {})}
+        metadata.update(art_phase=SAMPLING_PHASE, mcp_server=server)
         if params.temperature is not None:
-            request["temperature"] = params.temperature
+            settings["temperature"] = params.temperature
         if params.stop_sequences:
-            request["stop"] = params.stop_sequences
-        reply = await self.model.acompletion(**request)
-        choice = reply.choices[0]
-        stop = {"length": "maxTokens", "stop": "endTurn"}.get(choice.finish_reason or "")
+            settings["stop"] = params.stop_sequences
+        timeout = settings.pop("timeout", None)
+        if timeout is not None and not isinstance(timeout, int | float):
+            settings["timeout"] = timeout  # e.g. an httpx.Timeout the provider SDK applies
+        reply = await self.model.request(
+            ModelRequest(
+                messages=messages,
+                timeout=timeout if isinstance(timeout, int | float) else None,
+                params=settings,
+                metadata=metadata,
+            )
+        )
+        stop = {"length": "maxTokens", "stop": "endTurn"}.get(reply.finish_reason or "")
         return CreateMessageResult(
             role="assistant",
-            content=TextContent(type="text", text=choice.message.content or ""),
-            model=getattr(reply, "model", None) or self.model.model,
+            content=TextContent(type="text", text=reply.content),
+            model=reply.model or self.model.model,
             stop_reason=stop,
         )
 
