@@ -13,14 +13,16 @@ implementation, `art.testing.ScriptedModel` another; neither imports the other's
 A model object goes wherever a model name does (`create_art_instance(model=obj)`); a name
 finds the object given with it, else a live object registered under that name here
 (`register_model`: what `ScriptedModel` does, so that `--model <scripted.model>` works),
-else litellm. The register holds its models weakly: it never keeps one alive.
+else one made by the provider registered for the name's prefix (`register_provider`:
+what art.adapters.local does for `local/...`), else litellm. The register holds its
+models weakly: it never keeps one alive.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -40,6 +42,7 @@ __all__ = [
     "estimate_tokens",
     "model_name",
     "register_model",
+    "register_provider",
     "registered_model",
     "unregister_model",
 ]
@@ -175,6 +178,7 @@ def model_name(model: str | Model | None) -> str | None:
 # -- models by name -------------------------------------------------------------------------
 
 _registered: weakref.WeakValueDictionary[str, Model] = weakref.WeakValueDictionary()
+_providers: dict[str, Callable[[str], Model]] = {}
 _registered_lock = threading.Lock()
 
 
@@ -191,7 +195,19 @@ def unregister_model(model: Model) -> None:
             del _registered[model.model]
 
 
-def registered_model(name: str) -> Model | None:
-    """The live Model registered under `name`, if any."""
+def register_provider(prefix: str, factory: Callable[[str], Model]) -> None:
+    """Let every name `prefix/...` reach the Model `factory(name)` makes."""
     with _registered_lock:
-        return _registered.get(name)
+        _providers[prefix] = factory
+
+
+def registered_model(name: str) -> Model | None:
+    """The live Model registered under `name`, else one made by the provider registered
+    for its prefix, else None."""
+    with _registered_lock:
+        model = _registered.get(name)
+        prefix, slash, _ = name.partition("/")
+        factory = _providers.get(prefix) if slash else None
+    if model is None and factory is not None:
+        model = factory(name)
+    return model
