@@ -61,7 +61,7 @@ from art.engine.suspension import Decision, SuspendedState, parse_decision
 from art.errors import ConfigurationError, ForkError, RunErrorCode, ThreadBusyError
 from art.llm import chat as llm_chat
 from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
-from art.llm.client import LLMClient
+from art.llm.client import LLMClient, named_model
 from art.llm.model import model_name
 from art.observe.callbacks import CallbackAdapter
 from art.observe.events import Event, EventBus, Hook, HookVeto, RunEvents
@@ -721,7 +721,10 @@ class ArtInstance:
     def _mcp_sampler(self) -> Any:
         from art.adapters.mcp.sampling import Sampler
 
-        return Sampler(self._llm_client(None).model_for(self.model), self.config.llm_params)
+        if self.model.startswith(IN_PROCESS_MODEL_PREFIX):
+            import art.adapters.local  # noqa: F401 - registers the local/ models with art
+        model = self.config.model_objects().get(self.model) or named_model(self.model)
+        return Sampler(model, self.config.llm_params)
 
     def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
         """The LLM client for a call: the instance's, or one with per-call llm_params."""

@@ -56,6 +56,7 @@ __all__ = [
     "context_window",
     "count_tokens",
     "map_provider_error",
+    "named_model",
     "retry_delay_s",
     "supports_response_schema",
 ]
@@ -197,24 +198,24 @@ class StreamBuffer:
 # -- model capabilities -------------------------------------------------------------------
 
 
-def _named(model: str) -> Model:
-    """The Model registered under `model` (art.llm.model), else litellm's."""
+def named_model(model: str) -> Model:
+    """The Model a name names: one registered in art.llm.model, else litellm's."""
     return registered_model(model) or LiteLLMModel(model)
 
 
 def supports_response_schema(model: str) -> bool:
     """Whether `model` accepts a JSON schema `response_format` (False on doubt)."""
-    return _named(model).supports_response_schema()
+    return named_model(model).supports_response_schema()
 
 
 def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
     """Prompt tokens of `messages` for `model`; an estimate when it cannot count."""
-    return _named(model).count_tokens(messages)
+    return named_model(model).count_tokens(messages)
 
 
 def context_window(model: str) -> int | None:
     """The model's input token limit, or None when it is not known."""
-    return _named(model).context_window()
+    return named_model(model).context_window()
 
 
 # -- provider errors ----------------------------------------------------------------------
@@ -359,7 +360,7 @@ class LLMClient:
 
     def model_for(self, name: str) -> Model:
         """The Model that answers calls to `name`."""
-        return self.models.get(name) or _named(name)
+        return self.models.get(name) or named_model(name)
 
     def supports_response_schema(self, model: str) -> bool:
         """Whether `model` accepts a JSON schema `response_format`."""
