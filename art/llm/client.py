@@ -18,10 +18,12 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from pydantic import JsonValue
 
 from art.core.log import get_logger
 from art.core.redaction import environment_secrets, redact, secrets_from_params
@@ -30,6 +32,7 @@ from art.core.usage import TokenUsage
 from art.errors import ModelError, ModelErrorCode
 from art.llm.litellm_model import LiteLLMModel
 from art.llm.model import (
+    Message,
     Model,
     ModelChunk,
     ModelRequest,
@@ -134,7 +137,7 @@ class StreamBuffer:
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, JsonValue]:
         """What the buffer holds now (seed 004's BufferState), for chunk hooks."""
         return {
             "size": len(self._chunks),
@@ -208,7 +211,7 @@ def supports_response_schema(model: str) -> bool:
     return named_model(model).supports_response_schema()
 
 
-def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
+def count_tokens(model: str, messages: Sequence[Mapping[str, JsonValue]]) -> int:
     """Prompt tokens of `messages` for `model`; an estimate when it cannot count."""
     return named_model(model).count_tokens(messages)
 
@@ -370,7 +373,7 @@ class LLMClient:
         """`model`'s input token limit, None when unknown."""
         return self.model_for(model).context_window()
 
-    def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int:
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, JsonValue]]) -> int:
         """Prompt tokens of `messages` for `model`."""
         return self.model_for(model).count_tokens(messages)
 
@@ -389,9 +392,9 @@ class LLMClient:
         *,
         phase: LLMPhase,
         model: str,
-        messages: list[dict[str, Any]],
+        messages: list[Message],
         span: SpanContext,
-        response_format: dict[str, Any] | None = None,
+        response_format: dict[str, JsonValue] | None = None,
         stream: bool = False,
         on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
@@ -504,8 +507,8 @@ class LLMClient:
         run: CallScope,
         phase: LLMPhase,
         model: str,
-        messages: list[dict[str, Any]],
-        response_format: dict[str, Any] | None,
+        messages: list[Message],
+        response_format: dict[str, JsonValue] | None,
     ) -> ModelRequest:
         params: dict[str, Any] = dict(self.llm_params)
         metadata = dict(params.pop("metadata", None) or {})

@@ -51,11 +51,11 @@ class ScriptedCall:
     """One call the scripted model answered (or refused)."""
 
     phase: str | None
-    messages: list[dict[str, Any]]
-    metadata: dict[str, Any]
-    response_format: dict[str, Any] | None
+    messages: list[dict[str, JsonValue]]
+    metadata: dict[str, JsonValue]
+    response_format: dict[str, JsonValue] | None
     stream: bool
-    params: dict[str, Any]
+    params: dict[str, object]
     reply: str | None = None
     # time.perf_counter() when the reply began: a paced stream's chunks follow on a
     # fixed schedule from here.
@@ -121,7 +121,7 @@ def _word_count(text: str) -> int:
     return len(text.split())
 
 
-def _message_text(messages: list[dict[str, Any]]) -> str:
+def _message_text(messages: Sequence[Mapping[str, JsonValue]]) -> str:
     parts = []
     for message in messages:
         content = message.get("content")
@@ -131,14 +131,14 @@ def _message_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def _last_user_text(messages: list[dict[str, Any]]) -> str:
+def _last_user_text(messages: Sequence[Mapping[str, JsonValue]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
             return _message_text([message])
     return _message_text(messages[-1:])
 
 
-def _from_prompt(messages: list[dict[str, Any]], lead: str) -> str:
+def _from_prompt(messages: Sequence[Mapping[str, JsonValue]], lead: str) -> str:
     """A short reply built from the paragraphs of the prompt that mention step ids.
 
     For a paragraph like "[s1] ... completed. Output:\n391" only the output is kept.
@@ -350,7 +350,7 @@ class ScriptedModel:
         call.reply = text
         return text, finish_reason
 
-    def _usage(self, messages: list[dict[str, Any]], text: str) -> TokenUsage:
+    def _usage(self, messages: Sequence[Mapping[str, JsonValue]], text: str) -> TokenUsage:
         prompt = _word_count(_message_text(messages))
         completion = _word_count(text)
         return TokenUsage(
