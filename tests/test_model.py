@@ -186,6 +186,25 @@ async def test_a_model_chunk_adds_up_text_and_keeps_the_last_usage():
     assert (result.content, result.finish_reason, result.cost) == ("ab", "length", 1.0)
 
 
+def test_the_command_line_names_a_hand_written_model_by_module_attribute(tmp_path, monkeypatch):
+    from art.cli.app import load_model
+
+    (tmp_path / "rules_model.py").write_text(
+        "from art.llm.model import Model, ModelResponse\n"
+        "class Rules(Model):\n"
+        "    model = 'rules/echo'\n"
+        "    async def request(self, request):\n"
+        "        return ModelResponse(content='by rule')\n"
+        "MODEL = Rules()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.delitem(sys.modules, "rules_model", raising=False)
+    assert load_model("rules_model:MODEL") == "rules/echo"
+    model = sys.modules["rules_model"].MODEL
+    assert LLMClient().model_for("rules/echo") is model
+
+
 # -- litellm stays out of scripted runs -----------------------------------------------------
 
 _SCRIPTED_RUN = """
