@@ -415,7 +415,7 @@ class LLMClient:
             stream = True
         elif stream and not any(run.events.wants(name) for name in _STREAM_EVENTS):
             # Nobody would see a chunk: one plain call gives the same answer, usage and
-            # cost without litellm's streaming wrapper.
+            # cost without a stream to read.
             stream = False
         request = self._request(run, phase, model, sent_messages, response_format)
 
