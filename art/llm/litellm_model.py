@@ -161,23 +161,23 @@ class _LiteLLMStream:
             await close()
 
 
-def _reasoning(message: Any) -> str | None:
+def _reasoning(message: object) -> str | None:
     """The provider's reasoning text on a message or stream delta (litellm's
     `reasoning_content`), or None."""
     text = getattr(message, "reasoning_content", None) if message is not None else None
     return text if isinstance(text, str) and text else None
 
 
-def _provider_sent_no_finish_reason(response: Any) -> bool:
+def _provider_sent_no_finish_reason(response: object) -> bool:
     """Whether litellm's stream wrapper saw no finish reason from the provider."""
     if not hasattr(response, "received_finish_reason"):
         return False
-    received = response.received_finish_reason
+    received = getattr(response, "received_finish_reason", None)
     return received is None and getattr(response, "intermittent_finish_reason", None) is None
 
 
 def _response_cost(
-    litellm: ModuleType, response: Any, model: str, usage: TokenUsage
+    litellm: ModuleType, response: object, model: str, usage: TokenUsage
 ) -> float | None:
     hidden = getattr(response, "_hidden_params", None)
     known = hidden.get("response_cost") if isinstance(hidden, dict) else None

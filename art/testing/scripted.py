@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypeGuard
 
 from pydantic import JsonValue
 
@@ -66,17 +66,23 @@ class ScriptedCall:
 class Reply:
     """A reply with a chosen `finish_reason` ("length" simulates a reply cut off)."""
 
-    content: Any
+    content: object
     finish_reason: str = "stop"
+
+
+class _Dumpable(Protocol):
+    """A pydantic model, or anything with its `model_dump`."""
+
+    def model_dump(self, *, mode: str, by_alias: bool) -> object: ...
 
 
 class _Script:
     """The replies of one phase: a single reply, or a sequence whose last reply repeats."""
 
-    def __init__(self, reply: Any) -> None:
+    def __init__(self, reply: object) -> None:
         self._lock = threading.Lock()
-        self._last: Any = None
-        self._iterator: Iterator[Any] | None = None
+        self._last: object = None
+        self._iterator: Iterator[object] | None = None
         if isinstance(reply, tuple) or inspect.isgenerator(reply) or isinstance(reply, Iterator):
             items = iter(reply)
             self._iterator = items
@@ -87,7 +93,7 @@ class _Script:
         else:
             self._last = reply
 
-    def next(self) -> Any:
+    def next(self) -> object:
         with self._lock:
             if self._iterator is not None:
                 try:
@@ -97,11 +103,11 @@ class _Script:
             return self._last
 
 
-def _is_model(reply: Any) -> bool:
-    return hasattr(reply, "model_dump") and callable(reply.model_dump)
+def _is_model(reply: object) -> TypeGuard[_Dumpable]:
+    return callable(getattr(reply, "model_dump", None))
 
 
-def _as_text(reply: Any) -> str:
+def _as_text(reply: object) -> str:
     """A reply as the text the model sends: str as-is, models and JSON values as JSON."""
     if isinstance(reply, str):
         return reply
@@ -185,12 +191,12 @@ class ScriptedModel:
 
     def __init__(
         self,
-        planning: Any = None,
-        synthesis: Any = None,
-        step: Any = None,
-        replan: Any = None,
+        planning: object = None,
+        synthesis: object = None,
+        step: object = None,
+        replan: object = None,
         *,
-        default: Any = None,
+        default: object = None,
         latency_s: float = 0.0,
         chunk_delay_s: float = 0.0,
         tokens_per_s: float | None = None,
@@ -310,7 +316,7 @@ class ScriptedModel:
         self.calls.append(call)
         return call
 
-    def _pick(self, call: ScriptedCall) -> Any:
+    def _pick(self, call: ScriptedCall) -> object:
         script = self._scripts.get(call.phase or "")
         if script is not None:
             return script.next()
@@ -318,7 +324,7 @@ class ScriptedModel:
             return self._default.next()
         return self._builtin_default(call)
 
-    def _builtin_default(self, call: ScriptedCall) -> Any:
+    def _builtin_default(self, call: ScriptedCall) -> object:
         if call.phase == "synthesis":
             return _from_prompt(call.messages, "Answer (scripted) from the step outputs:")
         if call.phase == "step":
@@ -328,7 +334,7 @@ class ScriptedModel:
             f"pass ScriptedModel({call.phase or 'default'}=...) with the reply to send"
         )
 
-    async def _asettle(self, reply: Any, call: ScriptedCall) -> tuple[str, str]:
+    async def _asettle(self, reply: object, call: ScriptedCall) -> tuple[str, str]:
         """Follow callables (sync or async), raise scripted exceptions as a provider's
         failure, and render the reply as text."""
         try:
@@ -341,7 +347,8 @@ class ScriptedModel:
                 break
             finish_reason = "stop"
             if isinstance(reply, Reply):
-                reply, finish_reason = reply.content, reply.finish_reason
+                finish_reason = reply.finish_reason
+                reply = reply.content
             if isinstance(reply, BaseException):
                 raise reply
         except Exception as exc:
@@ -388,6 +395,6 @@ def _provider_failure(error: Exception) -> ProviderError:
     return ProviderError(f"{type(error).__name__}: {error}", ModelErrorCode.NETWORK_ERROR)
 
 
-def replies(*items: Any) -> tuple[Any, ...]:
+def replies(*items: object) -> tuple[object, ...]:
     """Replies consumed in order, the last repeating: `ScriptedModel(planning=replies(a, b))`."""
     return tuple(items)
