@@ -60,12 +60,21 @@ async def test_each_model_has_its_own_name_that_reaches_it_until_unregistered():
     first.unregister()  # idempotent
 
 
-def test_the_names_do_not_keep_a_forgotten_model_alive():
-    model = ScriptedModel(step="x")
+async def test_a_name_reaches_its_model_after_the_maker_drops_it_until_unregistered():
+    def make() -> str:  # an application factory passing on only the name
+        return ScriptedModel(step="from a factory").model
+
+    name = make()
+    gc.collect()
+    run = make_run_context(retry_backoff_s=0)
+    result = await LLMClient().complete(run, phase="step", model=name, messages=USER, span=run.span)
+    assert result.content == "from a factory"
+    model = LLMClient().model_for(name)
     alive = weakref.ref(model)
+    model.unregister()
     del model
     gc.collect()
-    assert alive() is None
+    assert alive() is None  # unregistered: art keeps no reference
 
 
 async def test_a_model_works_as_a_context_manager_and_not_after_it():

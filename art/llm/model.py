@@ -14,14 +14,15 @@ A model object goes wherever a model name does (`create_art_instance(model=obj)`
 finds the object given with it, else a live object registered under that name here
 (`register_model`: what `ScriptedModel` does, so that `--model <scripted.model>` works),
 else one made by the provider registered for the name's prefix (`register_provider`:
-what art.adapters.local does for `local/...`), else litellm. The register holds its
-models weakly: it never keeps one alive.
+what art.adapters.local does for `local/...`), else litellm. A registered model stays
+reachable by name until `unregister_model`, as a provider registered with litellm does:
+code that makes a model and passes on only its name (`create_art_instance(model=m.model)`
+in an application factory) keeps working.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -177,13 +178,13 @@ def model_name(model: str | Model | None) -> str | None:
 
 # -- models by name -------------------------------------------------------------------------
 
-_registered: weakref.WeakValueDictionary[str, Model] = weakref.WeakValueDictionary()
+_registered: dict[str, Model] = {}
 _providers: dict[str, Callable[[str], Model]] = {}
 _registered_lock = threading.Lock()
 
 
 def register_model(model: Model) -> None:
-    """Let calls by `model.model`'s name reach `model` while it is alive."""
+    """Let calls by `model.model`'s name reach `model`, until `unregister_model`."""
     with _registered_lock:
         _registered[model.model] = model
 

@@ -180,8 +180,8 @@ class ScriptedModel:
     `cost_per_token=(input, output)` prices its usage (USD a token).
 
     It is an `art.llm.model.Model`: pass it as the model, or pass its name (`model.model`):
-    while the object lives, art's register of models (art.llm.model) finds it by that
-    name. Use it as a context manager, or call `unregister()` when done::
+    until `unregister()`, art's register of models (art.llm.model) finds it by that name.
+    Use it as a context manager, or call `unregister()` when done::
 
         with ScriptedModel(planning={"steps": []}, synthesis="Hello!") as model:
             inst = art.create_art_instance(model=model, storage="memory://")
