@@ -556,7 +556,7 @@ class LocalModel(Model):
         return f"LocalModel({self.model!r})"
 
     async def request(self, request: ModelRequest) -> ModelResponse:
-        arguments = _chat_arguments(request.messages, _optional_params(request))
+        arguments = _chat_arguments(list(request.messages), _optional_params(request))
         generation = _Generation()
         try:
             result = await asyncio.to_thread(_chat, self.name, arguments, generation)
@@ -566,7 +566,7 @@ class LocalModel(Model):
         return _response(self.name, result)
 
     async def request_stream(self, request: ModelRequest) -> ModelStream:
-        arguments = _chat_arguments(request.messages, _optional_params(request))
+        arguments = _chat_arguments(list(request.messages), _optional_params(request))
         return _astream(self.name, arguments)
 
     def supports_response_schema(self) -> bool:

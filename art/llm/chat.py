@@ -58,10 +58,10 @@ class ChatStreamChunk(ArtModel):
     model: str | None = None
 
 
-def chat_messages(messages: ChatMessages, system_prompt: str | None) -> list[Message]:
+def chat_messages(messages: ChatMessages, system_prompt: str | None) -> list[dict[str, JsonValue]]:
     """The OpenAI-style message list for `messages` (a string is one user message), with
     `system_prompt` first. Raises ConfigurationError on a message without role or content."""
-    listed: list[Message] = (
+    listed: list[dict[str, JsonValue]] = (
         [{"role": "user", "content": messages}]
         if isinstance(messages, str)
         else [dict(message) for message in messages]
@@ -128,7 +128,7 @@ async def achat(
     llm: LLMClient,
     config: ExecutionConfig,
     model: str,
-    messages: list[Message],
+    messages: Sequence[Message],
     *,
     response_format: dict[str, JsonValue] | None = None,
 ) -> ChatResponse:
@@ -150,7 +150,7 @@ async def chat_stream(
     llm: LLMClient,
     config: ExecutionConfig,
     model: str,
-    messages: list[Message],
+    messages: Sequence[Message],
 ) -> AsyncIterator[ChatStreamChunk]:
     """One streamed call: its chunks as they arrive, ending with the `done` one; raises
     ModelError (after the chunks delivered before the failure)."""

@@ -392,7 +392,7 @@ class LLMClient:
         *,
         phase: LLMPhase,
         model: str,
-        messages: list[Message],
+        messages: Sequence[Message],
         span: SpanContext,
         response_format: dict[str, JsonValue] | None = None,
         stream: bool = False,
@@ -507,7 +507,7 @@ class LLMClient:
         run: CallScope,
         phase: LLMPhase,
         model: str,
-        messages: list[Message],
+        messages: Sequence[Message],
         response_format: dict[str, JsonValue] | None,
     ) -> ModelRequest:
         params: dict[str, Any] = dict(self.llm_params)

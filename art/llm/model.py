@@ -49,14 +49,14 @@ __all__ = [
 ]
 
 #: One chat message: `{"role": ..., "content": ...}` (OpenAI's format).
-Message = dict[str, JsonValue]
+Message = Mapping[str, JsonValue]
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One chat completion request."""
 
-    messages: list[Message]
+    messages: Sequence[Message]
     #: An OpenAI-style `response_format` (`json_schema` or `json_object`), or None.
     response_format: dict[str, JsonValue] | None = None
     #: Seconds the provider may take (art also stops waiting then); None: no limit set.
@@ -121,7 +121,7 @@ class ProviderError(Exception):
         self.retry_after_s = retry_after_s
 
 
-def estimate_tokens(messages: Sequence[Mapping[str, JsonValue]]) -> int:
+def estimate_tokens(messages: Sequence[Message]) -> int:
     """About four characters a token, eight for each message's framing."""
     chars = sum(len(str(m.get("content") or "")) + 8 for m in messages)
     return chars // 4 + 1
@@ -154,7 +154,7 @@ class Model(Protocol):
         """Input tokens the model takes, None when unknown (prompts are then not cut)."""
         return None
 
-    def count_tokens(self, messages: Sequence[Mapping[str, JsonValue]]) -> int:
+    def count_tokens(self, messages: Sequence[Message]) -> int:
         """Prompt tokens of `messages` for this model."""
         return estimate_tokens(messages)
 

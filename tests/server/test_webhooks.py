@@ -18,7 +18,7 @@ import pytest
 
 from art.server import ServerSettings
 from art.server.webhooks import sign, verify_signature
-from art.testing._serving import ServerThread
+from art.testing._serving import ServerThread  # private: FakeProvider's server loop; unexported
 
 from .conftest import APPROVAL_PLAN, GATE_PLAN, Server
 

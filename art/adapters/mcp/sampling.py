@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from art.core.log import get_logger
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import mcp_types
 
     from art.adapters.mcp.config import MCPServerConfig
-    from art.llm.model import Model
+    from art.llm.model import Message, Model
 
 __all__ = ["Sampler", "SamplingLimit"]
 
@@ -31,7 +32,7 @@ SAMPLING_PHASE = "sampling"
 class Sampler:
     """Makes the LLM call a sampling request asks for, with `model` and `llm_params`."""
 
-    def __init__(self, model: Model, llm_params: dict[str, Any] | None = None) -> None:
+    def __init__(self, model: Model, llm_params: Mapping[str, object] | None = None) -> None:
         self.model = model
         self.llm_params = dict(llm_params or {})
 
@@ -43,7 +44,7 @@ class Sampler:
 
         from art.llm.model import ModelRequest
 
-        messages: list[dict[str, Any]] = []
+        messages: list[Message] = []
         if params.system_prompt:
             messages.append({"role": "system", "content": params.system_prompt})
         for message in params.messages:
@@ -52,22 +53,22 @@ class Sampler:
             if any(text is None for text in texts):
                 raise ValueError("only text messages can be sampled")
             messages.append({"role": message.role, "content": "\n".join(map(str, texts))})
-        settings: dict[str, Any] = {**self.llm_params, "max_tokens": max_tokens}
-        metadata = {**(settings.pop("metadata", None) or {})}
-        metadata.update(art_phase=SAMPLING_PHASE, mcp_server=server)
+        settings: dict[str, object] = {**self.llm_params, "max_tokens": max_tokens}
+        settings.pop("metadata", None)  # a sampling call's metadata is its own
         if params.temperature is not None:
             settings["temperature"] = params.temperature
         if params.stop_sequences:
             settings["stop"] = params.stop_sequences
         timeout = settings.pop("timeout", None)
-        if timeout is not None and not isinstance(timeout, int | float):
+        seconds = timeout if isinstance(timeout, int | float) else None
+        if timeout is not None and seconds is None:
             settings["timeout"] = timeout  # e.g. an httpx.Timeout the provider SDK applies
         reply = await self.model.request(
             ModelRequest(
                 messages=messages,
-                timeout=timeout if isinstance(timeout, int | float) else None,
+                timeout=None if seconds is None else float(seconds),
                 params=settings,
-                metadata=metadata,
+                metadata={"art_phase": SAMPLING_PHASE, "mcp_server": server},
             )
         )
         stop = {"length": "maxTokens", "stop": "endTurn"}.get(reply.finish_reason or "")
