@@ -148,6 +148,7 @@ async def test_art_reports_the_local_models_failures_with_their_codes(tmp_path, 
     with pytest.raises(ModelError, match=str(missing)) as caught:
         await _art_call(f"local/{missing}")
     assert caught.value.code == "MODEL_NOT_FOUND" and not caught.value.retryable
+    # private: what is installed is the machine's; the test decides it
     monkeypatch.setattr(local, "_installed", lambda module: False)
     with pytest.raises(ModelError) as caught:
         await _art_call(local.DEMO_MODEL)
