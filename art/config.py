@@ -252,7 +252,7 @@ class ArtInstanceConfig(ArtModel):
     # llm_params["api_key"]); default $ART_API_KEY_ENV.
     api_key_env: str | None = None
     # Whether planning asks for JSON-schema structured output (`response_format`): None
-    # when litellm's model map says the model supports it. A server that refuses it gets
+    # when the model says it supports it. A server that refuses it gets
     # the call again without it.
     structured_output: bool | None = None
     callbacks: Any = None

@@ -85,7 +85,7 @@ def no_model_message() -> str:
     """What to do when no model is configured: the local extra, or ART_MODEL."""
     try:
         from art.adapters.local import PORTABLE_CMAKE_ARGS
-    except Exception:  # the adapter imports litellm; the hint must not depend on it
+    except Exception:  # the hint must not depend on the adapter importing
         PORTABLE_CMAKE_ARGS = (
             "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
             "-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF"
@@ -327,7 +327,7 @@ class ArtInstance:
         model = model or self.model
         llm_chat.refuse_function_calling({**self.config.llm_params, **(llm_params or {})})
         if model.startswith(IN_PROCESS_MODEL_PREFIX):
-            import art.adapters.local  # noqa: F401 - registers the provider with litellm
+            import art.adapters.local  # noqa: F401 - registers the local/ models with art
         return model, llm_chat.chat_messages(messages, system_prompt)
 
     async def aresume_execution(
@@ -624,7 +624,7 @@ class ArtInstance:
         if not self._providers_ready:
             models = (self.model, self.planning_model, self.synthesis_model)
             if any(m.startswith(IN_PROCESS_MODEL_PREFIX) for m in models):
-                import art.adapters.local  # noqa: F401 - registers the provider with litellm
+                import art.adapters.local  # noqa: F401 - registers the local/ models with art
             self._providers_ready = True
         if self._mcp is not None:
             await self._mcp.start(self.registry)

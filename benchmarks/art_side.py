@@ -79,7 +79,7 @@ def payload_tool(chars: int) -> art.IToolExecutor:
     return Payload()
 
 
-# -- the clock around litellm ---------------------------------------------------------------
+# -- the clock around the model ----------------------------------------------------------------
 
 
 @dataclass
@@ -92,12 +92,11 @@ class LlmCall:
 
 @dataclass
 class LlmClock:
-    """Wraps `litellm.acompletion` to time (and optionally keep) every LLM call.
-
-    art imports litellm lazily and looks `acompletion` up at call time, so the
-    wrapper sees each call the engine makes. Time inside it is the LLM's, not
-    the engine's. So is litellm's logging of a call, which it finishes after the call
-    returns, in a task on the same loop (`logging_seconds`): 0.5-1 ms a call here.
+    """Wraps `ScriptedModel.request` (and the start of `request_stream`) to time, and
+    optionally keep, every LLM call the engine makes. Time inside it is the LLM's, not the
+    engine's. The scripted model does not go through litellm, so no logging of a call
+    follows it (`logging_seconds` stays 0; a hosted model's litellm logs it after it
+    returned, 0.5-1 ms a call).
     """
 
     keep_messages: bool = False
@@ -116,46 +115,37 @@ class LlmClock:
 
     @contextmanager
     def installed(self) -> Iterator[LlmClock]:
-        import litellm
-        from litellm.litellm_core_utils.litellm_logging import Logging
+        from art.testing import ScriptedModel
 
-        original = litellm.acompletion
-        original_logging = Logging.async_success_handler
+        originals = {name: getattr(ScriptedModel, name) for name in ("request", "request_stream")}
 
-        async def timed_logging(logging: Any, *args: Any, **kwargs: Any) -> Any:
-            # It awaits nothing when no callback is set, as here: its wall time is its own.
-            started, cpu_started = time.perf_counter(), time.process_time()
-            try:
-                return await original_logging(logging, *args, **kwargs)
-            finally:
-                self.logging_seconds += time.perf_counter() - started
-                self.logging_cpu_seconds += time.process_time() - cpu_started
-
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            started, cpu_started = time.perf_counter(), time.process_time()
-            response = await original(*args, **kwargs)
-            elapsed = time.perf_counter() - started
-            self.seconds += elapsed
-            self.cpu_seconds += time.process_time() - cpu_started
-            usage = getattr(response, "usage", None)
-            metadata = kwargs.get("metadata") or {}
-            self.calls.append(
-                LlmCall(
-                    phase=metadata.get("art_phase"),
-                    seconds=elapsed,
-                    messages=list(kwargs.get("messages") or []) if self.keep_messages else [],
-                    prompt_tokens=getattr(usage, "prompt_tokens", None),
+        def timed(original: Any) -> Any:
+            async def call(model: Any, request: Any) -> Any:
+                started, cpu_started = time.perf_counter(), time.process_time()
+                response = await original(model, request)
+                elapsed = time.perf_counter() - started
+                self.seconds += elapsed
+                self.cpu_seconds += time.process_time() - cpu_started
+                usage = getattr(response, "usage", None)
+                self.calls.append(
+                    LlmCall(
+                        phase=request.metadata.get("art_phase"),
+                        seconds=elapsed,
+                        messages=list(request.messages) if self.keep_messages else [],
+                        prompt_tokens=getattr(usage, "prompt_tokens", None),
+                    )
                 )
-            )
-            return response
+                return response
 
-        litellm.acompletion = timed
-        Logging.async_success_handler = timed_logging  # type: ignore[method-assign]
+            return call
+
+        for name, original in originals.items():
+            setattr(ScriptedModel, name, timed(original))
         try:
             yield self
         finally:
-            litellm.acompletion = original
-            Logging.async_success_handler = original_logging  # type: ignore[method-assign]
+            for name, original in originals.items():
+                setattr(ScriptedModel, name, original)
 
 
 # -- instances and runs ---------------------------------------------------------------------
@@ -173,8 +163,7 @@ def quiet_logging() -> None:
 
 def scripted_model(plan: dict[str, Any], latency_s: float) -> Any:
     """The benchmark's LLM. It has a price (zero), as a real model has an entry in
-    litellm's price map: for a model without one litellm searches its fallback
-    entries on every call, 1-2 ms of CPU that no production model costs."""
+    litellm's price map."""
     from art.testing import ScriptedModel
 
     return ScriptedModel(
@@ -222,8 +211,8 @@ def create_instance(
 class GcClock:
     """CPU time the cyclic garbage collector spends, summed over every collection.
 
-    A full collection walks every tracked object of the process, litellm's ~400,000
-    imported ones included, so it costs about the same whatever triggered it.
+    A full collection walks every tracked object of the process (litellm's ~400,000
+    when it is imported), so it costs about the same whatever triggered it.
     """
 
     def __init__(self) -> None:
@@ -251,7 +240,7 @@ class RunMeasure:
     response: Any
     cpu_s: float = 0.0  # process CPU time of the run (all threads)
     llm_cpu_s: float = 0.0
-    llm_logging_s: float = 0.0  # litellm's logging of the calls, after they returned
+    llm_logging_s: float = 0.0  # litellm's logging of the calls, after they returned (0 scripted)
     llm_logging_cpu_s: float = 0.0
     gc_cpu_s: float = 0.0  # of cpu_s, spent in the garbage collector
     full_collection_s: float = 0.0  # the full collection made before the run (not in it)

@@ -9,17 +9,19 @@ each result before it closes the item, so this is a lower bound).
 
 To price it honestly on the same plan, the baseline reuses art's own planning and
 synthesis calls (same messages, same token count) and sends each item call through
-the same scripted litellm model, so every prompt is counted by the same litellm
-token counter.
+the same scripted model, and every prompt is counted by the same litellm token counter.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.art_side import LlmCall
+
+if TYPE_CHECKING:
+    from art.llm.model import Model
 
 REACT_SYSTEM = (
     "You are an agent working through a todo list one item at a time. For the current "
@@ -120,7 +122,7 @@ def item_messages(
 
 async def price_baseline(
     *,
-    model: str,
+    model: Model,
     query: str,
     plan: dict[str, Any],
     tools: list[dict[str, Any]],
@@ -134,7 +136,7 @@ async def price_baseline(
     are the baseline's first and last); `outputs` are the step outputs art produced.
     Each item call is sent through the same scripted model.
     """
-    import litellm
+    from art.llm.model import ModelRequest
 
     by_phase = {c.phase: c for c in art_calls}
     missing = [p for p in ("planning", "synthesis") if p not in by_phase]
@@ -151,8 +153,8 @@ async def price_baseline(
             upto=index,
             result_limit=result_limit,
         )
-        response = await litellm.acompletion(
-            model=model, messages=messages, metadata={"art_phase": "step"}
+        response = await model.request(
+            ModelRequest(messages=messages, metadata={"art_phase": "step"})
         )
         cost.calls.append(
             CallCost("item", count_tokens(messages), int(response.usage.prompt_tokens))

@@ -297,7 +297,7 @@ async def llm_cost(ctx: Context) -> list[Figure]:
             art_calls = list(clock.calls)
             outputs = {r.step_id: r.output for r in measure.response.steps}
             baseline = await price_baseline(
-                model=instance.scripted.model,
+                model=instance.scripted,
                 query=query,
                 plan=plan,
                 tools=tool_specs,

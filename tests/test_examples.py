@@ -130,6 +130,17 @@ def test_chat(tmp_path):
 
 
 @pytest.mark.slow
+def test_custom_model_runs_a_hand_written_model_without_litellm(tmp_path):
+    out = _ok(run_example("custom_model.py", cwd=tmp_path))
+    assert "answer:   The result is 403.\n" in out
+    assert "streamed: The |result |is |403.\n" in out  # chunk by chunk, to the events
+    assert "steps:    [('calculator', 403)]" in out
+    assert "calls:    2, cost 0.0" in out
+    assert "refused:  UNKNOWN: rules/arithmetic: no arithmetic in the question" in out
+    assert "litellm imported: False" in out
+
+
+@pytest.mark.slow
 def test_evaluate_agent_compares_two_models_and_names_the_dropped_scores(tmp_path):
     out = _ok(run_example("evaluate_agent.py", cwd=tmp_path))
     assert "passed: good planner 3/3, weather only 1/3" in out

@@ -58,7 +58,8 @@ EXPORTS = {
     ],
     "art.adapters.local": [
         "DEMO_GGUF", "DEMO_MODEL", "INSTALL_COMMAND", "PORTABLE_CMAKE_ARGS", "PROVIDER",
-        "LocalLLM", "available", "demo_model_path", "register", "resolve_model_path",
+        "LocalLLM", "LocalModel", "available", "demo_model_path", "register",
+        "resolve_model_path",
     ],
 }  # fmt: skip
 

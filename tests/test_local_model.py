@@ -1,4 +1,5 @@
-"""The in-process llama.cpp provider (art.adapters.local) through litellm, and one real run.
+"""The in-process llama.cpp models (art.adapters.local): as art's Model, through litellm
+(`local.register()`), and real runs, which never import litellm.
 
 These tests run the packaged demo model (SmolLM2-135M-Instruct). Without llama-cpp-python
 they skip locally and FAIL in CI (the `CI` env var is set), so CI cannot pass without them.
@@ -39,6 +40,12 @@ CITY_SCHEMA = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _litellm_knows_the_local_models() -> None:
+    """The tests that call litellm directly need the provider (art itself does not)."""
+    local.register()
+
+
 @pytest.fixture
 def demo_model() -> str:
     """The demo model's litellm name; skips locally and fails in CI when it is not installed."""
@@ -69,16 +76,22 @@ def test_available_needs_llama_cpp_and_the_demo_model(monkeypatch):
 
 
 @pytest.mark.slow
-def test_import_registers_the_provider_without_loading_llama_cpp():
+def test_import_registers_the_models_with_art_and_imports_neither_litellm_nor_llama_cpp():
     code = (
-        "import sys, litellm, art.adapters.local as local\n"
+        "import sys, art.adapters.local as local\n"
+        "from art.llm.model import registered_model\n"
         "assert 'llama_cpp' not in sys.modules, 'llama_cpp imported at import time'\n"
-        "assert [i['provider'] for i in litellm.custom_provider_map] == ['local']\n"
+        "assert 'litellm' not in sys.modules, 'litellm imported at import time'\n"
+        "model = registered_model('local/smollm2')\n"
+        "assert isinstance(model, local.LocalModel) and model.model == 'local/smollm2'\n"
+        "assert model.supports_response_schema() and model.context_window() == 4096\n"
+        "import litellm\n"
         "local.register(); local.register()\n"
-        "assert len(litellm.custom_provider_map) == 1\n"
+        "assert [i['provider'] for i in litellm.custom_provider_map] == ['local']\n"
         "print(local.available())\n"
     )
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop(local.CONTEXT_ENV, None)
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
     )
@@ -118,6 +131,39 @@ async def test_a_file_that_is_not_gguf_is_a_bad_request_naming_it(demo_model, tm
     bogus.write_text("not a model")
     with pytest.raises(litellm.BadRequestError, match=r"cannot load .*notes\.gguf"):
         await litellm.acompletion(model=f"local/{bogus}", messages=HELLO)
+
+
+async def _art_call(model: str):
+    from art.llm.client import LLMClient
+    from art.testing import make_run_context
+
+    run = make_run_context(llm_max_retries=0)
+    return await LLMClient().complete(run, phase="step", model=model, messages=HELLO, span=run.span)
+
+
+async def test_art_reports_the_local_models_failures_with_their_codes(tmp_path, monkeypatch):
+    from art.errors import ModelError
+
+    missing = tmp_path / "nowhere.gguf"
+    with pytest.raises(ModelError, match=str(missing)) as caught:
+        await _art_call(f"local/{missing}")
+    assert caught.value.code == "MODEL_NOT_FOUND" and not caught.value.retryable
+    # private: what is installed is the machine's; the test decides it
+    monkeypatch.setattr(local, "_installed", lambda module: False)
+    with pytest.raises(ModelError) as caught:
+        await _art_call(local.DEMO_MODEL)
+    assert caught.value.code == "UNKNOWN" and not caught.value.retryable
+    assert local.PORTABLE_CMAKE_ARGS in caught.value.message
+
+
+async def test_art_reports_a_file_that_is_not_gguf_as_unknown(demo_model, tmp_path):
+    from art.errors import ModelError
+
+    bogus = tmp_path / "notes.gguf"
+    bogus.write_text("not a model")
+    with pytest.raises(ModelError, match=r"cannot load .*notes\.gguf") as caught:
+        await _art_call(f"local/{bogus}")
+    assert caught.value.code == "UNKNOWN"
 
 
 # ---------------------------------------------------------------- with the demo model
@@ -299,6 +345,34 @@ async def test_prompt_longer_than_the_context_is_a_context_window_error(demo_mod
 
 
 # ---------------------------------------------------------------- one real run
+
+
+@pytest.mark.slow  # runs the model in a fresh interpreter
+def test_art_run_on_the_demo_model_does_not_import_litellm(demo_model, tmp_path):
+    code = (
+        "import sys\n"
+        "from art.cli.app import main\n"
+        "sys.argv = ['art', 'run', 'Compute 17 * 23.', '--model', 'local/smollm2',"
+        " '--storage', 'memory://', '--json']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+        "print('litellm imported:', 'litellm' in sys.modules)\n"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    *document, exit_line, imported = result.stdout.strip().splitlines()
+    assert json.loads("\n".join(document))["metadata"]["llmCalls"] >= 2, result.stdout
+    assert exit_line in ("exit 0", "exit None") and imported == "litellm imported: False"
 
 
 # One full run on the demo model: greedy decoding, so the same build writes the same plan.

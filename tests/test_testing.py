@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.client
 import json
 import socket
 import threading
 import time
+import weakref
 from urllib.parse import urlsplit
 
-import litellm
 import pytest
 
 from art.config import ExecutionConfig
 from art.errors import ModelError, ModelErrorCode
 from art.llm.client import LLMClient
+from art.llm.model import ModelRequest
 from art.observe.events import EventBus
 from art.testing import (
     Answer,
@@ -44,19 +46,35 @@ async def ask(model: ScriptedModel, phase: str = "step", messages=USER, **kwargs
 # -- registration ---------------------------------------------------------------------------
 
 
-def test_each_model_has_its_own_provider_and_unregisters():
-    first, second = ScriptedModel(), ScriptedModel()
-    try:
-        assert first.provider != second.provider
-        assert first.model == f"{first.provider}/scripted"
-        providers = [p["provider"] for p in litellm.custom_provider_map]
-        assert first.provider in providers and second.provider in providers
-    finally:
-        first.unregister()
-        second.unregister()
-    providers = [p["provider"] for p in litellm.custom_provider_map]
-    assert first.provider not in providers and second.provider not in providers
+async def test_each_model_has_its_own_name_that_reaches_it_until_unregistered():
+    first, second = ScriptedModel(step="one"), ScriptedModel(step="two")
+    assert first.provider != second.provider
+    assert first.model == f"{first.provider}/scripted"
+    assert (await ask(first), await ask(second)) == ("one", "two")
+    first.unregister()
+    second.unregister()
+    for model in (first, second):
+        with pytest.raises(ModelError) as info:
+            await ask(model)
+        assert info.value.code == ModelErrorCode.PROVIDER_NOT_SUPPORTED
     first.unregister()  # idempotent
+
+
+async def test_a_name_reaches_its_model_after_the_maker_drops_it_until_unregistered():
+    def make() -> str:  # an application factory passing on only the name
+        return ScriptedModel(step="from a factory").model
+
+    name = make()
+    gc.collect()
+    run = make_run_context(retry_backoff_s=0)
+    result = await LLMClient().complete(run, phase="step", model=name, messages=USER, span=run.span)
+    assert result.content == "from a factory"
+    model = LLMClient().model_for(name)
+    alive = weakref.ref(model)
+    model.unregister()
+    del model
+    gc.collect()
+    assert alive() is None  # unregistered: art keeps no reference
 
 
 async def test_a_model_works_as_a_context_manager_and_not_after_it():
@@ -170,34 +188,38 @@ async def test_latency_delays_each_reply(scripted_model):
     assert time.perf_counter() - started >= 0.05
 
 
-def test_sync_litellm_calls_work_too(scripted_model):
-    model = scripted_model(step="sync reply")
-    response = litellm.completion(model=model.model, messages=USER, metadata={"art_phase": "step"})
-    assert response.choices[0].message.content == "sync reply"
-    assert response.usage.total_tokens == 3
-    stream = litellm.completion(
-        model=model.model, messages=USER, metadata={"art_phase": "step"}, stream=True
+async def test_the_model_answers_requests_itself(scripted_model):
+    model = scripted_model(step="plain reply", cost_per_token=(0.5, 1.0))
+    request = ModelRequest(messages=USER, metadata={"art_phase": "step"})
+    response = await model.request(request)
+    assert (response.content, response.finish_reason, response.model) == (
+        "plain reply",
+        "stop",
+        model.model,
     )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert text == "sync reply"
+    assert response.usage.total_tokens == 3 and response.cost == 0.5 + 2 * 1.0
 
 
 async def test_streaming_sends_word_chunks_with_usage_on_the_last(scripted_model):
     model = scripted_model(synthesis="one two three")
-    response = await litellm.acompletion(
-        model=model.model,
-        messages=USER,
-        metadata={"art_phase": "synthesis"},
-        stream=True,
-        stream_options={"include_usage": True},
+    stream = await model.request_stream(
+        ModelRequest(messages=USER, metadata={"art_phase": "synthesis"})
     )
-    pieces, usage = [], None
-    async for chunk in response:
-        if chunk.choices and chunk.choices[0].delta.content:
-            pieces.append(chunk.choices[0].delta.content)
-        usage = getattr(chunk, "usage", None) or usage
-    assert pieces == ["one ", "two ", "three"]
-    assert usage.completion_tokens == 3 and usage.prompt_tokens == 1
+    chunks = [chunk async for chunk in stream]
+    assert [chunk.text for chunk in chunks] == ["one ", "two ", "three"]
+    assert [chunk.usage for chunk in chunks[:-1]] == [None, None]
+    assert chunks[-1].usage.completion_tokens == 3 and chunks[-1].usage.prompt_tokens == 1
+    assert chunks[-1].finish_reason == "stop"
+
+
+async def test_closing_a_stream_ends_it_before_the_next_chunk(scripted_model):
+    model = scripted_model(default="one two three", chunk_delay_s=0.01)
+    stream = await model.request_stream(ModelRequest(messages=USER))
+    chunks = stream.__aiter__()
+    assert (await anext(chunks)).text == "one "
+    await stream.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await anext(chunks)
 
 
 # -- make_run_context -------------------------------------------------------------------------
@@ -227,19 +249,19 @@ def test_the_plugin_is_loaded_by_entry_point_and_its_fixtures_clean_up(pytester,
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(
         """
-        import litellm
+        from art.llm.model import registered_model
 
         seen = []
 
         def test_factory(scripted_model, run_context):
             model = scripted_model(step="x")
-            seen.append(model.provider)
-            assert model.provider in [p["provider"] for p in litellm.custom_provider_map]
+            seen.append(model)
+            assert registered_model(model.model) is model
             assert run_context.thread_id == "test-thread"
 
         def test_unregistered_afterwards():
             assert seen
-            assert seen[0] not in [p["provider"] for p in litellm.custom_provider_map]
+            assert registered_model(seen[0].model) is None
         """
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")

@@ -1,10 +1,13 @@
-"""In-process llama.cpp models behind litellm: no API key, no server.
+"""In-process llama.cpp models: no API key, no server.
 
-Importing this module registers the litellm provider ``local`` (it imports litellm, not
-llama_cpp), so these work like any other litellm model::
+`LocalModel` is an art Model (art.llm.model). Importing this module registers it for the
+names ``local/...`` (it imports neither litellm nor llama_cpp), so these work like any
+other model name::
 
-    litellm.completion(model="local/smollm2", messages=[...])           # packaged demo model
-    await litellm.acompletion(model="local//abs/path/model.gguf", ...)  # any GGUF file
+    art.create_art_instance(model="local/smollm2")                # packaged demo model
+    art.create_art_instance(model="local//abs/path/model.gguf")   # any GGUF file
+
+`register()` also makes them litellm models (``litellm.completion(model="local/smollm2")``).
 
 Each GGUF file is loaded once per process, on its first call, and generation on it is
 serialized by a lock (a llama.cpp context is not re-entrant). Async calls and async streams
@@ -29,25 +32,26 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import JsonValue
 
-from art.llm.provider import load_litellm
-
-litellm = load_litellm()  # with art's settings: offline price map, no debug banners
-
-from litellm.exceptions import (  # noqa: E402
-    BadRequestError,
-    ContextWindowExceededError,
-    NotFoundError,
+from art.core.usage import TokenUsage
+from art.errors import ModelErrorCode
+from art.llm.model import (
+    Model,
+    ModelChunk,
+    ModelRequest,
+    ModelResponse,
+    ModelStream,
+    ProviderError,
+    estimate_tokens,
+    register_provider,
 )
-from litellm.llms.custom_llm import CustomLLM  # noqa: E402
-from litellm.types.llms.openai import ChatCompletionUsageBlock  # noqa: E402
-from litellm.types.utils import GenericStreamingChunk, ModelResponse, Usage  # noqa: E402
 
 __all__ = [
     "DEMO_GGUF",
@@ -55,7 +59,8 @@ __all__ = [
     "INSTALL_COMMAND",
     "PORTABLE_CMAKE_ARGS",
     "PROVIDER",
-    "LocalLLM",
+    "LocalLLM",  # noqa: F822 - made by __getattr__ on first use (it imports litellm)
+    "LocalModel",
     "available",
     "demo_model_path",
     "register",
@@ -144,16 +149,20 @@ def resolve_model_path(model: str) -> Path:
 
 
 def register(model: str | None = None) -> None:
-    """Register the ``local`` provider with litellm, and ``model``'s facts when given.
+    """Register the ``local`` provider with litellm (importing litellm), and ``model``'s
+    facts when given: for calling local models through litellm itself. art does not need it.
 
-    Idempotent and cheap. The facts (free, JSON-schema output, ``ART_LOCAL_N_CTX`` tokens of
-    context) let ``litellm.supports_response_schema``, ``get_model_info`` and cost tracking
-    answer for a local model before its first call; the demo model's are always registered.
+    Idempotent. The facts (free, JSON-schema output, ``ART_LOCAL_N_CTX`` tokens of context)
+    let ``litellm.supports_response_schema``, ``get_model_info`` and cost tracking answer
+    for a local model before its first call; the demo model's are always registered.
     """
+    from art.llm.provider import load_litellm
+
+    litellm = load_litellm()  # with art's settings: offline price map, no debug banners
     if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
         litellm.custom_provider_map = [
             *litellm.custom_provider_map,
-            {"provider": PROVIDER, "custom_handler": LocalLLM()},
+            {"provider": PROVIDER, "custom_handler": _litellm_provider()()},
         ]
         # litellm runs this at every call; run it now so provider lookups work before the first.
         litellm.utils.custom_llm_setup()
@@ -192,24 +201,21 @@ def _env_int(name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
-def _not_found(message: str, model: str) -> NotFoundError:
-    return NotFoundError(message=message, model=model, llm_provider=PROVIDER)
+def _not_found(message: str, model: str) -> ProviderError:
+    return ProviderError(message, ModelErrorCode.MODEL_NOT_FOUND)
 
 
-def _bad_request(message: str, model: str) -> BadRequestError:
-    return BadRequestError(message=message, model=model, llm_provider=PROVIDER)
+def _bad_request(message: str, model: str) -> ProviderError:
+    return ProviderError(message, ModelErrorCode.UNKNOWN)
 
 
-def _missing_llama_cpp(model: str) -> BadRequestError:
-    # A BadRequestError, not a connection error: retrying cannot install a package.
-    return BadRequestError(
-        message=(
-            "the local model provider needs llama-cpp-python, which is not installed. "
-            "Install it with the demo model (a one-time compile of about 10-15 minutes; "
-            f"these flags make a build that runs on any AVX2 CPU): {INSTALL_COMMAND}"
-        ),
-        model=model,
-        llm_provider=PROVIDER,
+def _missing_llama_cpp(model: str) -> ProviderError:
+    # UNKNOWN, not a connection error: retrying cannot install a package.
+    return _bad_request(
+        "the local model provider needs llama-cpp-python, which is not installed. "
+        "Install it with the demo model (a one-time compile of about 10-15 minutes; "
+        f"these flags make a build that runs on any AVX2 CPU): {INSTALL_COMMAND}",
+        model,
     )
 
 
@@ -224,12 +230,12 @@ class _Generation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    def usage(self) -> ChatCompletionUsageBlock:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-        }
+    def usage(self) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            total_tokens=self.prompt_tokens + self.completion_tokens,
+        )
 
 
 @functools.cache
@@ -469,13 +475,12 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
     return arguments
 
 
-def _request_error(exc: ValueError, model: str) -> Exception:
-    """llama.cpp's ValueErrors are about the request: litellm must not see a connection error."""
+def _request_error(exc: ValueError, model: str) -> ProviderError:
+    """llama.cpp's ValueErrors are about the request, never worth a retry."""
     if "exceed context window" in str(exc):
-        return ContextWindowExceededError(
-            message=f"{exc} (raise {CONTEXT_ENV} to allow longer prompts)",
-            model=model,
-            llm_provider=PROVIDER,
+        return ProviderError(
+            f"{exc} (raise {CONTEXT_ENV} to allow longer prompts)",
+            ModelErrorCode.CONTEXT_LENGTH_EXCEEDED,
         )
     return _bad_request(str(exc), model)
 
@@ -493,9 +498,7 @@ def _chat(model: str, arguments: dict[str, Any], generation: _Generation) -> dic
             loaded.llama.generation = None
 
 
-def _stream(
-    model: str, arguments: dict[str, Any], generation: _Generation
-) -> Iterator[GenericStreamingChunk]:
+def _stream(model: str, arguments: dict[str, Any], generation: _Generation) -> Iterator[ModelChunk]:
     loaded = _model_for(model)
     finish_reason = "stop"
     with loaded.lock:  # held until the stream ends or is closed
@@ -506,120 +509,233 @@ def _stream(
                 finish_reason = choice.get("finish_reason") or finish_reason
                 text = choice.get("delta", {}).get("content")
                 if text:
-                    yield GenericStreamingChunk(
-                        text=text, is_finished=False, finish_reason="", usage=None, index=0
-                    )
+                    yield ModelChunk(text=text)
         except ValueError as exc:
             raise _request_error(exc, model) from exc
         finally:
             loaded.llama.generation = None
-    yield GenericStreamingChunk(
-        text="", is_finished=True, finish_reason=finish_reason, usage=generation.usage(), index=0
+    usage = generation.usage()
+    yield ModelChunk(
+        usage=usage,
+        finish_reason=finish_reason,
+        model=f"{PROVIDER}/{model}",
+        cost=0.0 if usage.total_tokens else None,
     )
 
 
-def _model_response(model: str, result: dict[str, Any], response: ModelResponse) -> ModelResponse:
+def _response(model: str, result: dict[str, Any]) -> ModelResponse:
     choice = result["choices"][0]
-    response.choices[0].message.content = choice["message"].get("content") or ""
-    response.choices[0].finish_reason = choice.get("finish_reason") or "stop"
-    response.model = f"{PROVIDER}/{model}"
-    response.created = int(time.time())
-    response.id = result.get("id") or f"chatcmpl-{uuid.uuid4()}"
     usage = result.get("usage") or {}
-    response.usage = Usage(  # type: ignore[attr-defined]  # litellm sets usage dynamically
-        prompt_tokens=usage.get("prompt_tokens", 0),
-        completion_tokens=usage.get("completion_tokens", 0),
-        total_tokens=usage.get("total_tokens", 0),
+    return ModelResponse(
+        content=choice["message"].get("content") or "",
+        usage=TokenUsage(
+            prompt_tokens=usage.get("prompt_tokens", 0),
+            completion_tokens=usage.get("completion_tokens", 0),
+            total_tokens=usage.get("total_tokens", 0),
+        ),
+        model=f"{PROVIDER}/{model}",
+        finish_reason=choice.get("finish_reason") or "stop",
+        cost=0.0,
     )
-    return response
 
 
-# ---------------------------------------------------------------- the litellm provider
+# ---------------------------------------------------------------- the Model
 
 _DONE = object()
 
 
-class LocalLLM(CustomLLM):
-    """litellm provider ``local``: chat completions from a GGUF model in this process.
+class LocalModel(Model):
+    """A GGUF model in this process, named ``local/smollm2`` or ``local/<path to .gguf>``."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        # The part after ``local/``: the demo model's alias or a path.
+        self.name = model.removeprefix(f"{PROVIDER}/")
+
+    def __repr__(self) -> str:
+        return f"LocalModel({self.model!r})"
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        arguments = _chat_arguments(list(request.messages), _optional_params(request))
+        generation = _Generation()
+        try:
+            result = await asyncio.to_thread(_chat, self.name, arguments, generation)
+        except asyncio.CancelledError:
+            generation.cancelled.set()  # the worker thread stops at its next token
+            raise
+        return _response(self.name, result)
+
+    async def request_stream(self, request: ModelRequest) -> ModelStream:
+        arguments = _chat_arguments(list(request.messages), _optional_params(request))
+        return _astream(self.name, arguments)
+
+    def supports_response_schema(self) -> bool:
+        return True  # response_format becomes a llama.cpp grammar
+
+    def context_window(self) -> int | None:
+        return _env_int(CONTEXT_ENV, DEFAULT_CONTEXT)
+
+    def count_tokens(self, messages: Sequence[Mapping[str, JsonValue]]) -> int:
+        return estimate_tokens(messages)  # loading the model to count would block the loop
+
+
+def _optional_params(request: ModelRequest) -> dict[str, Any]:
+    params = dict(request.params)
+    if request.response_format is not None:
+        params["response_format"] = request.response_format
+    return params
+
+
+async def _astream(model: str, arguments: dict[str, Any]) -> AsyncGenerator[ModelChunk, None]:
+    """`_stream` generating in a worker thread; closing it stops the generation."""
+    generation = _Generation()
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def deliver(item: Any) -> None:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def produce() -> None:
+        try:
+            for chunk in _stream(model, arguments, generation):
+                deliver(chunk)
+                if generation.cancelled.is_set():
+                    return
+            deliver(_DONE)
+        except BaseException as exc:
+            deliver(exc)
+
+    worker = loop.run_in_executor(None, produce)
+    try:
+        while (item := await queue.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        generation.cancelled.set()
+        await asyncio.shield(worker)
+
+
+register_provider(PROVIDER, LocalModel)
+
+
+# ---------------------------------------------------------------- through litellm
+
+
+def __getattr__(name: str) -> type:
+    if name == "LocalLLM":  # built on first use: it imports litellm
+        return _litellm_provider()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _litellm_provider() -> type:
+    """``LocalLLM``, the litellm provider ``local`` over the same models (`register()`).
 
     litellm calls every method with keyword arguments; only ``model`` (the part after
     ``local/``), ``messages``, ``model_response`` and ``optional_params`` matter here.
     """
+    from art.llm.provider import load_litellm
 
-    def completion(  # type: ignore[override]  # litellm passes keywords only
-        self,
-        model: str,
-        messages: list[Any],
-        model_response: ModelResponse,
-        optional_params: dict[str, Any],
-        **_: Any,
-    ) -> ModelResponse:
-        return self._complete(model, messages, model_response, optional_params, _Generation())
+    load_litellm()  # with art's settings: offline price map, no debug banners
+    from litellm.exceptions import BadRequestError, ContextWindowExceededError, NotFoundError
+    from litellm.llms.custom_llm import CustomLLM
+    from litellm.types.utils import GenericStreamingChunk, Usage
+    from litellm.types.utils import ModelResponse as LiteLLMResponse
 
-    async def acompletion(  # type: ignore[override]  # litellm passes keywords only
-        self,
-        model: str,
-        messages: list[Any],
-        model_response: ModelResponse,
-        optional_params: dict[str, Any],
-        **_: Any,
-    ) -> ModelResponse:
-        generation = _Generation()
-        try:
-            return await asyncio.to_thread(
-                self._complete, model, messages, model_response, optional_params, generation
-            )
-        except asyncio.CancelledError:
-            generation.cancelled.set()  # the worker thread stops at its next token
-            raise
+    kinds: dict[ModelErrorCode, type[Exception]] = {
+        ModelErrorCode.MODEL_NOT_FOUND: NotFoundError,
+        ModelErrorCode.CONTEXT_LENGTH_EXCEEDED: ContextWindowExceededError,
+    }
 
-    def streaming(  # type: ignore[override]  # litellm passes keywords only
-        self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
-    ) -> Iterator[GenericStreamingChunk]:
-        yield from _stream(model, _chat_arguments(messages, optional_params), _Generation())
+    def litellm_error(error: ProviderError, model: str) -> Exception:
+        kind = kinds.get(error.code, BadRequestError)
+        return kind(message=error.message, model=model, llm_provider=PROVIDER)  # type: ignore[call-arg]  # litellm's exceptions all take these
 
-    async def astreaming(  # type: ignore[override]  # litellm passes keywords only
-        self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
-    ) -> AsyncIterator[GenericStreamingChunk]:
-        arguments = _chat_arguments(messages, optional_params)
-        generation = _Generation()
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+    def filled(response: LiteLLMResponse, reply: ModelResponse) -> LiteLLMResponse:
+        choice: Any = response.choices[0]  # a chat choice: litellm types it as a union
+        choice.message.content = reply.content
+        choice.finish_reason = reply.finish_reason or "stop"
+        response.model = reply.model
+        response.created = int(time.time())
+        response.id = f"chatcmpl-{uuid.uuid4()}"
+        response.usage = Usage(  # type: ignore[attr-defined]  # litellm sets usage dynamically
+            prompt_tokens=reply.usage.prompt_tokens,
+            completion_tokens=reply.usage.completion_tokens,
+            total_tokens=reply.usage.total_tokens,
+        )
+        return response
 
-        def deliver(item: Any) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, item)
+    def generic(chunk: ModelChunk) -> GenericStreamingChunk:
+        usage = chunk.usage
+        return GenericStreamingChunk(
+            text=chunk.text,
+            is_finished=chunk.finish_reason is not None,
+            finish_reason=chunk.finish_reason or "",
+            usage=None
+            if usage is None
+            else {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            },
+            index=0,
+        )
 
-        def produce() -> None:
+    class LocalLLM(CustomLLM):
+        """litellm provider ``local``: chat completions from a GGUF model in this process."""
+
+        def completion(  # type: ignore[override]  # litellm passes keywords only
+            self,
+            model: str,
+            messages: list[Any],
+            model_response: LiteLLMResponse,
+            optional_params: dict[str, Any],
+            **_: Any,
+        ) -> LiteLLMResponse:
+            arguments = _chat_arguments(messages, optional_params)
             try:
-                for chunk in _stream(model, arguments, generation):
-                    deliver(chunk)
-                    if generation.cancelled.is_set():
-                        return
-                deliver(_DONE)
-            except BaseException as exc:
-                deliver(exc)
+                result = _chat(model, arguments, _Generation())
+            except ProviderError as error:
+                raise litellm_error(error, model) from error
+            return filled(model_response, _response(model, result))
 
-        worker = loop.run_in_executor(None, produce)
-        try:
-            while (item := await queue.get()) is not _DONE:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            generation.cancelled.set()
-            await asyncio.shield(worker)
+        async def acompletion(  # type: ignore[override]  # litellm passes keywords only
+            self,
+            model: str,
+            messages: list[Any],
+            model_response: LiteLLMResponse,
+            optional_params: dict[str, Any],
+            **_: Any,
+        ) -> LiteLLMResponse:
+            request = ModelRequest(messages=messages, params=optional_params)
+            try:
+                reply = await LocalModel(f"{PROVIDER}/{model}").request(request)
+            except ProviderError as error:
+                raise litellm_error(error, model) from error
+            return filled(model_response, reply)
 
-    def _complete(
-        self,
-        model: str,
-        messages: list[Any],
-        model_response: ModelResponse,
-        optional_params: dict[str, Any],
-        generation: _Generation,
-    ) -> ModelResponse:
-        result = _chat(model, _chat_arguments(messages, optional_params), generation)
-        return _model_response(model, result, model_response)
+        def streaming(  # type: ignore[override]  # litellm passes keywords only
+            self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
+        ) -> Iterator[GenericStreamingChunk]:
+            arguments = _chat_arguments(messages, optional_params)
+            try:
+                for chunk in _stream(model, arguments, _Generation()):
+                    yield generic(chunk)
+            except ProviderError as error:
+                raise litellm_error(error, model) from error
 
+        async def astreaming(  # type: ignore[override]  # litellm passes keywords only
+            self, model: str, messages: list[Any], optional_params: dict[str, Any], **_: Any
+        ) -> AsyncIterator[GenericStreamingChunk]:
+            stream = _astream(model, _chat_arguments(messages, optional_params))
+            try:
+                async for chunk in stream:
+                    yield generic(chunk)
+            except ProviderError as error:
+                raise litellm_error(error, model) from error
+            finally:
+                await stream.aclose()
 
-register()
+    return LocalLLM

@@ -359,9 +359,9 @@ def load_tools(specs: Iterable[str]) -> list[IToolExecutor]:
 
 
 def load_model(spec: str) -> str:
-    """The litellm model name `spec` stands for: `path/to/file.py:ATTR` or `module:ATTR`
-    names a model object defined there (a `ScriptedModel`, or anything with a `model`
-    name) or a string; any other value is a litellm model name already."""
+    """The model name `spec` stands for: `path/to/file.py:ATTR` or `module:ATTR` names a
+    model object defined there (an `art.llm.model.Model`, such as a `ScriptedModel`,
+    registered under its name) or a string; any other value is a model name already."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not (target.endswith(".py") or _names_a_module(target, attr)):
         return spec
@@ -372,6 +372,10 @@ def load_model(spec: str) -> str:
         raise CliError(
             "CONFIG_ERROR", f"--model {spec!r}: {target} has no attribute {attr!r}", EXIT_USAGE
         ) from None
+    from art.llm.model import Model, register_model  # pydantic: not for `art --help`
+
+    if isinstance(value, Model):
+        register_model(value)  # its name reaches it while the module holds it
     name = value if isinstance(value, str) else getattr(value, "model", None)
     if not isinstance(name, str):
         raise CliError(

@@ -159,7 +159,7 @@ def fit_to_context(
 ) -> list[dict[str, Any]]:
     """The synthesis messages, with the largest outputs cut until the prompt fits.
 
-    Unknown window (litellm does not know the model): the messages as they are.
+    Unknown window (the model does not say it): the messages as they are.
     """
     if window is None or count is None:
         window = window or context_window
@@ -302,7 +302,7 @@ async def synthesize(
     run: RunContext, llm: LLMClient, model: str, data: SynthesisInput
 ) -> LLMResult:
     """One streamed `synthesis` call; tokens reach events as `chunk:*` and `buffer:flush`."""
-    messages = fit_to_context(data, model)
+    messages = fit_to_context(data, model, window=llm.context_window, count=llm.count_tokens)
     return await llm.complete(
         run, phase="synthesis", model=model, messages=messages, span=run.span.child(), stream=True
     )

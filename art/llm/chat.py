@@ -14,12 +14,15 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import JsonValue
+
 from art.core.models import ArtModel
 from art.core.redaction import secrets_in_use
 from art.core.spans import SpanContext
 from art.core.usage import TokenUsage
 from art.engine.context import RunStats
 from art.errors import ConfigurationError
+from art.llm.model import Message
 from art.observe.events import Event, EventBus
 
 if TYPE_CHECKING:
@@ -33,7 +36,7 @@ _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
 class ChatResponse(ArtModel):
-    """The reply of one chat call (seed 002's `ChatResponse`, plus litellm's cost)."""
+    """The reply of one chat call (seed 002's `ChatResponse`, plus the model's cost)."""
 
     content: str
     model: str
@@ -55,10 +58,10 @@ class ChatStreamChunk(ArtModel):
     model: str | None = None
 
 
-def chat_messages(messages: ChatMessages, system_prompt: str | None) -> list[dict[str, Any]]:
+def chat_messages(messages: ChatMessages, system_prompt: str | None) -> list[dict[str, JsonValue]]:
     """The OpenAI-style message list for `messages` (a string is one user message), with
     `system_prompt` first. Raises ConfigurationError on a message without role or content."""
-    listed: list[dict[str, Any]] = (
+    listed: list[dict[str, JsonValue]] = (
         [{"role": "user", "content": messages}]
         if isinstance(messages, str)
         else [dict(message) for message in messages]
@@ -125,9 +128,9 @@ async def achat(
     llm: LLMClient,
     config: ExecutionConfig,
     model: str,
-    messages: list[dict[str, Any]],
+    messages: Sequence[Message],
     *,
-    response_format: dict[str, Any] | None = None,
+    response_format: dict[str, JsonValue] | None = None,
 ) -> ChatResponse:
     """One call, not streamed; raises ModelError."""
     scope = _ChatScope(config)
@@ -147,7 +150,7 @@ async def chat_stream(
     llm: LLMClient,
     config: ExecutionConfig,
     model: str,
-    messages: list[dict[str, Any]],
+    messages: Sequence[Message],
 ) -> AsyncIterator[ChatStreamChunk]:
     """One streamed call: its chunks as they arrive, ending with the `done` one; raises
     ModelError (after the chunks delivered before the failure)."""

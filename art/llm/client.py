@@ -1,6 +1,7 @@
-"""Every LLM call art makes: litellm (imported lazily), events, retries, error codes, usage, cost.
+"""Every LLM call art makes: events, retries, error codes, usage, cost, through a Model.
 
-`LLMClient.complete` is the one path. It emits `message:before` (a hook may edit the
+`LLMClient.complete` is the one path; it asks the `Model` (art.llm.model) a model name
+names. It emits `message:before` (a hook may edit the
 messages that are sent) and `message:after`; when streaming, `chunk:before`/`chunk:after`
 per token chunk and `buffer:flush` per group of chunks (`StreamBuffer`, seed 004). A call
 asked to stream is made without streaming when none of those three events has a hook,
@@ -15,23 +16,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import random
-import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from pydantic import JsonValue
 
 from art.core.log import get_logger
 from art.core.redaction import environment_secrets, redact, secrets_from_params
 from art.core.serialization import escape_unencodable
 from art.core.usage import TokenUsage
 from art.errors import ModelError, ModelErrorCode
-from art.llm.model import LiteLLMModel, Model
-from art.llm.provider import load_litellm
+from art.llm.litellm_model import LiteLLMModel
+from art.llm.model import (
+    Message,
+    Model,
+    ModelChunk,
+    ModelRequest,
+    ModelStream,
+    ProviderError,
+    registered_model,
+)
 from art.observe.errors import error_data
 from art.observe.events import HookVeto
 
@@ -51,6 +59,7 @@ __all__ = [
     "context_window",
     "count_tokens",
     "map_provider_error",
+    "named_model",
     "retry_delay_s",
     "supports_response_schema",
 ]
@@ -128,7 +137,7 @@ class StreamBuffer:
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, JsonValue]:
         """What the buffer holds now (seed 004's BufferState), for chunk hooks."""
         return {
             "size": len(self._chunks),
@@ -192,34 +201,24 @@ class StreamBuffer:
 # -- model capabilities -------------------------------------------------------------------
 
 
+def named_model(model: str) -> Model:
+    """The Model a name names: one registered in art.llm.model, else litellm's."""
+    return registered_model(model) or LiteLLMModel(model)
+
+
 def supports_response_schema(model: str) -> bool:
-    """Whether litellm says `model` accepts a JSON schema `response_format` (False on doubt)."""
-    try:
-        return bool(load_litellm().supports_response_schema(model=model))
-    except Exception:
-        return False
+    """Whether `model` accepts a JSON schema `response_format` (False on doubt)."""
+    return named_model(model).supports_response_schema()
 
 
-def count_tokens(model: str, messages: list[dict[str, Any]]) -> int:
-    """Prompt tokens of `messages` for `model`; a characters/4 estimate when litellm cannot."""
-    try:
-        return int(load_litellm().token_counter(model=model, messages=messages))
-    except Exception:
-        chars = sum(len(str(m.get("content") or "")) + 8 for m in messages)
-        return chars // 4 + 1
+def count_tokens(model: str, messages: Sequence[Mapping[str, JsonValue]]) -> int:
+    """Prompt tokens of `messages` for `model`; an estimate when it cannot count."""
+    return named_model(model).count_tokens(messages)
 
 
 def context_window(model: str) -> int | None:
-    """The model's input token limit, or None when litellm does not know the model."""
-    try:
-        info = load_litellm().get_model_info(model=model)
-    except Exception:
-        return None
-    for key in ("max_input_tokens", "max_tokens"):
-        value = info.get(key) if isinstance(info, Mapping) else None
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    """The model's input token limit, or None when it is not known."""
+    return named_model(model).context_window()
 
 
 # -- provider errors ----------------------------------------------------------------------
@@ -244,111 +243,15 @@ def _is_missing_key(message: str) -> bool:
     return "missing" in lowered and "api key" in lowered
 
 
-def _retry_after_s(exc: BaseException) -> float | None:
-    """The provider's `retry-after` (seconds or HTTP date, or `retry-after-ms`), if sent."""
-    # litellm keeps the response's headers in `litellm_response_headers` (its `headers`
-    # attribute stays None); an openai SDK error carries them on `response`.
-    response = getattr(exc, "response", None)
-    header_sources = [
-        getattr(exc, "litellm_response_headers", None),
-        getattr(exc, "headers", None),
-        getattr(response, "headers", None),
-    ]
-    for headers in header_sources:
-        if not headers:
-            continue
-        try:
-            millis = headers.get("retry-after-ms")
-            if millis is not None:
-                return max(0.0, float(millis) / 1000.0)
-            value = headers.get("retry-after")
-        except Exception:
-            continue
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value))
-        except (TypeError, ValueError):
-            pass
-        try:
-            when = email.utils.parsedate_to_datetime(str(value))
-        except (TypeError, ValueError):
-            continue
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    return None
-
-
-# What litellm's message says when a response body could not be parsed: a JSON decoder
-# error, or a body without the API's fields.
-_UNPARSEABLE = re.compile(
-    r"line \d+ column \d+ \(char \d+\)|provider returned '|invalid response object"
-    r"|JSONDecodeError|Unterminated string",
-    re.IGNORECASE,
-)
-
-
-_UNREACHABLE = re.compile(
-    r"connection error|connection refused|connecterror|connection reset|name or service",
-    re.IGNORECASE,
-)
-_STATUS_CODES = {
-    401: ModelErrorCode.AUTHENTICATION_ERROR,
-    403: ModelErrorCode.AUTHENTICATION_ERROR,
-    404: ModelErrorCode.MODEL_NOT_FOUND,
-    408: ModelErrorCode.TIMEOUT,
-    429: ModelErrorCode.RATE_LIMITED,
-}
-
-
 def _code_for(exc: BaseException, message: str) -> ModelErrorCode:
+    """The code of a failed model request: the Model's own (ProviderError), else read from
+    the exception's type; a message about a missing API key says PROVIDER_NOT_CONFIGURED."""
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return ModelErrorCode.TIMEOUT
-    try:
-        import litellm.exceptions as lx
-    except Exception:  # pragma: no cover - litellm is a dependency
-        return ModelErrorCode.UNKNOWN
     if _is_missing_key(message):
         return ModelErrorCode.PROVIDER_NOT_CONFIGURED
-    # Subclasses before their bases: Timeout is an APIConnectionError,
-    # ContextWindowExceededError a BadRequestError.
-    ordered: list[tuple[type[BaseException], ModelErrorCode]] = [
-        (lx.ContextWindowExceededError, ModelErrorCode.CONTEXT_LENGTH_EXCEEDED),
-        (lx.Timeout, ModelErrorCode.TIMEOUT),
-        (lx.RateLimitError, ModelErrorCode.RATE_LIMITED),
-        (lx.AuthenticationError, ModelErrorCode.AUTHENTICATION_ERROR),
-        (lx.PermissionDeniedError, ModelErrorCode.AUTHENTICATION_ERROR),
-        (lx.NotFoundError, ModelErrorCode.MODEL_NOT_FOUND),
-        (lx.APIResponseValidationError, ModelErrorCode.INVALID_RESPONSE),
-        (lx.ServiceUnavailableError, ModelErrorCode.PROVIDER_ERROR),
-        (lx.InternalServerError, ModelErrorCode.PROVIDER_ERROR),
-        (lx.BadGatewayError, ModelErrorCode.PROVIDER_ERROR),
-        (lx.APIConnectionError, ModelErrorCode.NETWORK_ERROR),
-    ]
-    for kind, code in ordered:
-        if isinstance(exc, kind):
-            if code is ModelErrorCode.PROVIDER_ERROR:
-                # litellm reports a body it could not read, and a server it could not
-                # reach, as server errors.
-                if _UNPARSEABLE.search(message):
-                    return ModelErrorCode.INVALID_RESPONSE
-                if _UNREACHABLE.search(message):
-                    return ModelErrorCode.NETWORK_ERROR
-            return code
-    status = getattr(exc, "status_code", None)
-    if isinstance(exc, lx.APIError) and isinstance(status, int):
-        # litellm's generic APIError for a status it has no class for (e.g. 403, 504).
-        if status >= 500:
-            return ModelErrorCode.PROVIDER_ERROR
-        if status in _STATUS_CODES:
-            return _STATUS_CODES[status]
-    if isinstance(exc, lx.BadRequestError):
-        if "llm provider not provided" in message.lower() or isinstance(
-            exc, lx.LiteLLMUnknownProvider
-        ):
-            return ModelErrorCode.PROVIDER_NOT_SUPPORTED
-        return ModelErrorCode.UNKNOWN
+    if isinstance(exc, ProviderError):
+        return exc.code
     if isinstance(exc, ConnectionError):
         return ModelErrorCode.NETWORK_ERROR
     return ModelErrorCode.UNKNOWN
@@ -384,38 +287,20 @@ _HINTS: dict[ModelErrorCode, str] = {
 }
 
 
-_TRACEBACK = "Traceback (most recent call last):"
-_SOURCE_LINE = re.compile(r'File "[^"]*", line \d+(, in \S+)?')
-
-
-def _without_traceback(text: str) -> str:
-    """`text` without a Python traceback (litellm appends one, with the server's file
-    paths, to errors it does not map): what precedes it and the exception it ends with."""
-    head, found, tail = text.partition(_TRACEBACK)
-    if found:
-        # The traceback's first unindented line names the exception; what follows it
-        # (litellm's received_args, a bug-report link) is dropped with the frames.
-        cause = next((line for line in tail.splitlines() if line[:1].strip()), "")
-        text = " ".join(part for part in (head.strip(), cause.strip()) if part)
-    return _SOURCE_LINE.sub("", text).strip()
-
-
 def map_provider_error(
     exc: BaseException, *, model: str, secrets: frozenset[str] = frozenset()
 ) -> ModelError:
-    """The ModelError for a provider exception, its message redacted and with a hint."""
+    """The ModelError for a failed model request, its message redacted and with a hint."""
     if isinstance(exc, ModelError):
         return exc
-    original = getattr(exc, "original_exception", None)  # litellm's MidStreamFallbackError
-    if isinstance(original, BaseException):
-        exc = original
-    raw = str(exc) or type(exc).__name__
+    raw = exc.message if isinstance(exc, ProviderError) else str(exc) or type(exc).__name__
     code = _code_for(exc, raw)
-    message = f"{model}: {_without_traceback(raw)}"
+    message = f"{model}: {raw}"
     hint = _HINTS.get(code)
     if hint:
         message = f"{message} ({hint})"
-    return ModelError(redact(message, secrets), code, retry_after_s=_retry_after_s(exc))
+    retry_after_s = exc.retry_after_s if isinstance(exc, ProviderError) else None
+    return ModelError(redact(message, secrets), code, retry_after_s=retry_after_s)
 
 
 def retry_delay_s(
@@ -439,7 +324,7 @@ class _Stop:
 _STOP = _Stop()
 
 
-async def _next_chunk(iterator: AsyncIterator[Any]) -> Any:
+async def _next_chunk(iterator: AsyncIterator[ModelChunk]) -> ModelChunk | _Stop:
     try:
         return await anext(iterator)
     except StopAsyncIteration:
@@ -455,7 +340,7 @@ class _StreamAborted(Exception):
 
 
 class LLMClient:
-    """Makes the LLM calls of every phase through `litellm.acompletion`."""
+    """Makes the LLM calls of every phase, each through the Model its model name names."""
 
     def __init__(
         self,
@@ -466,7 +351,8 @@ class LLMClient:
         self.llm_params: dict[str, Any] = {
             key: value for key, value in (llm_params or {}).items() if key not in _RESERVED_PARAMS
         }
-        # Model objects by name; any other name is litellm's (LiteLLMModel).
+        # Model objects by name; any other name is one registered in art.llm.model, else
+        # litellm's (LiteLLMModel).
         self.models: dict[str, Model] = dict(models or {})
         self._secrets = secrets_from_params(self.llm_params) | environment_secrets()
         # Models whose server refused a `response_format`: not sent to them again.
@@ -477,7 +363,19 @@ class LLMClient:
 
     def model_for(self, name: str) -> Model:
         """The Model that answers calls to `name`."""
-        return self.models.get(name) or LiteLLMModel(name)
+        return self.models.get(name) or named_model(name)
+
+    def supports_response_schema(self, model: str) -> bool:
+        """Whether `model` accepts a JSON schema `response_format`."""
+        return self.model_for(model).supports_response_schema()
+
+    def context_window(self, model: str) -> int | None:
+        """`model`'s input token limit, None when unknown."""
+        return self.model_for(model).context_window()
+
+    def count_tokens(self, model: str, messages: Sequence[Mapping[str, JsonValue]]) -> int:
+        """Prompt tokens of `messages` for `model`."""
+        return self.model_for(model).count_tokens(messages)
 
     @property
     def secrets(self) -> frozenset[str]:
@@ -494,9 +392,9 @@ class LLMClient:
         *,
         phase: LLMPhase,
         model: str,
-        messages: list[dict[str, Any]],
+        messages: Sequence[Message],
         span: SpanContext,
-        response_format: dict[str, Any] | None = None,
+        response_format: dict[str, JsonValue] | None = None,
         stream: bool = False,
         on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
@@ -517,9 +415,9 @@ class LLMClient:
             stream = True
         elif stream and not any(run.events.wants(name) for name in _STREAM_EVENTS):
             # Nobody would see a chunk: one plain call gives the same answer, usage and
-            # cost without litellm's streaming wrapper.
+            # cost without a stream to read.
             stream = False
-        kwargs = self._call_kwargs(run, phase, model, sent_messages, response_format, stream)
+        request = self._request(run, phase, model, sent_messages, response_format)
 
         attempt = 0
         started = time.perf_counter()
@@ -527,9 +425,9 @@ class LLMClient:
             attempt += 1
             try:
                 if stream:
-                    result = await self._stream(run, phase, model, kwargs, span, on_text)
+                    result = await self._stream(run, phase, model, request, span, on_text)
                 else:
-                    result = await self._once(model, kwargs)
+                    result = await self._once(model, request)
                 break
             except _StreamAborted as aborted:
                 run.stats.add_llm_call(TokenUsage(), None)
@@ -540,12 +438,12 @@ class LLMClient:
                 error = map_provider_error(exc, model=model, secrets=self._secrets)
                 if error.code not in _NOT_SENT:
                     run.stats.add_llm_call(TokenUsage(), None)  # the request was made
-                if "response_format" in kwargs and _rejects_response_format(error):
+                if request.response_format is not None and _rejects_response_format(error):
                     # The server does not take structured output: ask for JSON in the
                     # text instead (the planner reads and repairs it either way).
                     log.info("response_format rejected", phase=phase, model=model)
                     self._plain_models.add(model)
-                    kwargs.pop("response_format")
+                    request = replace(request, response_format=None)
                     attempt -= 1
                     continue
                 # INFO, not WARNING: the run reports the failure itself; logs show it on -v.
@@ -604,17 +502,16 @@ class LLMClient:
         )
         return result
 
-    def _call_kwargs(
+    def _request(
         self,
         run: CallScope,
         phase: LLMPhase,
         model: str,
-        messages: list[dict[str, Any]],
-        response_format: dict[str, Any] | None,
-        stream: bool,
-    ) -> dict[str, Any]:
-        kwargs: dict[str, Any] = dict(self.llm_params)
-        metadata = dict(kwargs.pop("metadata", None) or {})
+        messages: Sequence[Message],
+        response_format: dict[str, JsonValue] | None,
+    ) -> ModelRequest:
+        params: dict[str, Any] = dict(self.llm_params)
+        metadata = dict(params.pop("metadata", None) or {})
         metadata.update(
             {
                 "art_phase": phase,
@@ -623,39 +520,32 @@ class LLMClient:
                 "run_id": run.run_id,
             }
         )
-        kwargs.update(model=model, messages=messages, metadata=metadata)
-        if model.startswith("litellm_proxy/"):
-            # A LiteLLM proxy reads `metadata` from the request body; litellm sends its
-            # own `metadata` argument only to callbacks in this process.
-            extra_body = dict(kwargs.get("extra_body") or {})
-            extra_body["metadata"] = {**(extra_body.get("metadata") or {}), **metadata}
-            kwargs["extra_body"] = extra_body
-        kwargs.setdefault("max_retries", 0)  # art retries; the provider SDK must not as well
-        kwargs.setdefault("timeout", run.config.llm_time_limits(model)[0])
-        if response_format is not None and model not in self._plain_models:
-            kwargs["response_format"] = response_format
-        if stream:
-            kwargs["stream"] = True
-            kwargs["stream_options"] = {"include_usage": True}
-        return kwargs
-
-    async def _once(self, model: str, kwargs: dict[str, Any]) -> LLMResult:
-        litellm = load_litellm()
-        response = await _bounded(
-            self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
+        params.setdefault("max_retries", 0)  # art retries; the provider SDK must not as well
+        limit = params.pop("timeout", run.config.llm_time_limits(model)[0])
+        timeout: float | None = None
+        if isinstance(limit, int | float) and not isinstance(limit, bool):
+            timeout = float(limit)
+        elif limit is not None:
+            params["timeout"] = limit  # e.g. an httpx.Timeout the provider SDK applies
+        if response_format is not None and model in self._plain_models:
+            response_format = None
+        return ModelRequest(
+            messages=messages,
+            response_format=response_format,
+            timeout=timeout,
+            params=params,
+            metadata=metadata,
         )
-        choices = getattr(response, "choices", None) or []
-        message = getattr(choices[0], "message", None) if choices else None
-        content = escape_unencodable(getattr(message, "content", None) or "")
-        finish_reason = getattr(choices[0], "finish_reason", None) if choices else None
-        usage = TokenUsage.from_provider(getattr(response, "usage", None))
+
+    async def _once(self, model: str, request: ModelRequest) -> LLMResult:
+        response = await _bounded(self.model_for(model).request(request), model, request.timeout)
         return LLMResult(
-            content=content,
-            usage=usage,
-            cost=_response_cost(litellm, response, model, usage),
-            model=getattr(response, "model", None) or model,
-            finish_reason=finish_reason,
-            thinking=_reasoning(message),
+            content=escape_unencodable(response.content or ""),
+            usage=response.usage,
+            cost=response.cost,
+            model=response.model or model,
+            finish_reason=response.finish_reason,
+            thinking=escape_unencodable(response.thinking) if response.thinking else None,
         )
 
     async def _stream(
@@ -663,13 +553,12 @@ class LLMClient:
         run: CallScope,
         phase: LLMPhase,
         model: str,
-        kwargs: dict[str, Any],
+        request: ModelRequest,
         span: SpanContext,
         on_text: Callable[[str], None] | None = None,
     ) -> LLMResult:
-        litellm = load_litellm()
         response = await _bounded(
-            self.model_for(model).acompletion(**kwargs), model, kwargs["timeout"]
+            self.model_for(model).request_stream(request), model, request.timeout
         )
         iterator = response.__aiter__()
         idle_s = run.config.llm_time_limits(model)[1]
@@ -678,12 +567,13 @@ class LLMClient:
         buffer = StreamBuffer(run.config.buffer)
         parts: list[str] = []
         thinking: list[str] = []
-        usage_raw: Any = None
+        usage = TokenUsage()
+        cost: float | None = None
         finish_reason: str | None = None
         response_model: str | None = None
         sequence = 0
         delivered = False
-        pending: asyncio.Future[Any] | None = None
+        pending: asyncio.Future[ModelChunk | _Stop] | None = None
         streamed = False  # the stream ran to its end
 
         async def emit(name: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -725,18 +615,14 @@ class LLMClient:
                     continue
                 item, pending = pending.result(), None
                 last_chunk_at = time.monotonic()
-                if item is _STOP:
+                if isinstance(item, _Stop):
                     streamed = True
                     break
-                response_model = getattr(item, "model", None) or response_model
-                if getattr(item, "usage", None):
-                    usage_raw = item.usage
-                choices = getattr(item, "choices", None) or []
-                if not choices:
-                    continue
-                finish_reason = getattr(choices[0], "finish_reason", None) or finish_reason
-                delta = getattr(choices[0], "delta", None)
-                reasoning = _reasoning(delta)
+                response_model = item.model or response_model
+                usage = item.usage if item.usage is not None else usage
+                cost = item.cost if item.cost is not None else cost
+                finish_reason = item.finish_reason or finish_reason
+                reasoning = escape_unencodable(item.thinking) if item.thinking else None
                 if reasoning:
                     # Thinking is shown, never edited, and never part of the answer.
                     thinking.append(reasoning)
@@ -752,10 +638,9 @@ class LLMClient:
                         },
                     )
                     sequence += 1
-                text = getattr(delta, "content", None) if delta is not None else None
-                if not text:
+                if not item.text:
                     continue
-                text = escape_unencodable(text)
+                text = escape_unencodable(item.text)
                 if not chunk_events:  # nobody listens: the text only
                     parts.append(text)
                     delivered = True
@@ -812,12 +697,7 @@ class LLMClient:
                 # when it is garbage collected (the server sees the request dropped).
                 await _close_stream(response)
         await release(buffer.finish())
-        if _provider_sent_no_finish_reason(response):
-            finish_reason = (
-                None  # litellm's stream wrapper says "stop" for a stream that just ended
-            )
 
-        usage = TokenUsage.from_provider(usage_raw)
         # The last chunk event carries what only the stream's end knows (seed 002).
         await emit(
             "chunk:after",
@@ -834,36 +714,18 @@ class LLMClient:
         return LLMResult(
             content="".join(parts),
             usage=usage,
-            cost=_tokens_cost(litellm, model, usage),
+            cost=cost,
             model=response_model or model,
             finish_reason=finish_reason,
             thinking="".join(thinking) or None,
         )
 
 
-async def _close_stream(response: Any) -> None:
-    """Close a streamed response (litellm's stream wrapper), briefly and quietly."""
-    close = getattr(response, "aclose", None)
-    if close is None:
-        return
+async def _close_stream(response: ModelStream) -> None:
+    """Close a streamed response, briefly and quietly."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(_STREAM_CLOSE_S):
-            await close()
-
-
-def _reasoning(message: Any) -> str | None:
-    """The provider's reasoning text on a message or stream delta (litellm's
-    `reasoning_content`), or None."""
-    text = getattr(message, "reasoning_content", None) if message is not None else None
-    return escape_unencodable(text) if isinstance(text, str) and text else None
-
-
-def _provider_sent_no_finish_reason(response: Any) -> bool:
-    """Whether litellm's stream wrapper saw no finish reason from the provider."""
-    if not hasattr(response, "received_finish_reason"):
-        return False
-    received = response.received_finish_reason
-    return received is None and getattr(response, "intermittent_finish_reason", None) is None
+            await response.aclose()
 
 
 _T = TypeVar("_T")
@@ -882,31 +744,3 @@ async def _bounded(call: Awaitable[_T], model: str, limit_s: object) -> _T:
             "llm_params, for slower models)",
             ModelErrorCode.TIMEOUT,
         ) from None
-
-
-def _response_cost(
-    litellm: ModuleType, response: Any, model: str, usage: TokenUsage
-) -> float | None:
-    hidden = getattr(response, "_hidden_params", None)
-    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
-    if isinstance(known, int | float) and not isinstance(known, bool):
-        return float(known)  # litellm priced this response already
-    try:
-        cost = litellm.completion_cost(completion_response=response, model=model)
-    except Exception:
-        return _tokens_cost(litellm, model, usage)
-    return float(cost) if cost is not None else None
-
-
-def _tokens_cost(litellm: ModuleType, model: str, usage: TokenUsage) -> float | None:
-    if not usage.total_tokens:
-        return None
-    try:
-        prompt_cost, completion_cost = litellm.cost_per_token(
-            model=model,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-        )
-    except Exception:
-        return None
-    return float(prompt_cost) + float(completion_cost)

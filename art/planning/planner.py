@@ -28,13 +28,7 @@ from art.core.json import JsonObject, JsonValue
 from art.core.log import get_logger
 from art.core.serialization import context_text, escape_unencodable_data, safe_stringify
 from art.errors import PlanError
-from art.llm.client import (
-    LLMClient,
-    LLMPhase,
-    context_window,
-    count_tokens,
-    supports_response_schema,
-)
+from art.llm.client import LLMClient, LLMPhase
 from art.observe.errors import error_data
 from art.planning.output_schemas import output_sketch, step_output_schema
 from art.planning.plans import Plan, validate_plan
@@ -953,7 +947,7 @@ class Planner:
         self.registry = registry
         self.persona = persona or Persona()
         self.model = model
-        # None: ask litellm's model map on the first call.
+        # None: ask the model on the first call.
         self._structured: bool | None = structured_output
         # (tool names, response_format): rebuilt only when tools are registered.
         self._format: tuple[tuple[str, ...], JsonObject] | None = None
@@ -963,7 +957,7 @@ class Planner:
         """The planning call's schema; `query` is given for a first plan (not a replan,
         whose steps follow finished ones)."""
         if self._structured is None:
-            self._structured = supports_response_schema(self.model)
+            self._structured = self.llm.supports_response_schema(self.model)
         if not self._structured:
             return None
         if query is not None and self.model.startswith(_GRAMMAR_PROVIDERS):
@@ -1049,11 +1043,11 @@ class Planner:
         half of a small model's context window (the plan and a repair turn need the rest)."""
         messages = render(False)
         if self._window is _UNKNOWN:
-            self._window = context_window(self.model)
+            self._window = self.llm.context_window(self.model)
         window = self._window
         if not isinstance(window, int) or window > _SMALL_WINDOW:
             return messages
-        if count_tokens(self.model, messages) <= window // 2:
+        if self.llm.count_tokens(self.model, messages) <= window // 2:
             return messages
         return render(True)
 

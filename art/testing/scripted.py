@@ -1,8 +1,9 @@
-"""ScriptedModel: a litellm provider that answers from a script, by `art_phase`, offline.
+"""ScriptedModel: a model that answers from a script, by `art_phase`, offline.
 
-It is a real `litellm.CustomLLM` registered under a provider name of its own, so every
-art code path (litellm call, events, usage, errors, streaming) runs exactly as with a
-hosted model; only the text comes from the script.
+It implements the Model protocol (art.llm.model) itself, as any model does, so every art
+code path past the model (events, retries, error codes, usage, cost, streaming, time
+limits) runs exactly as with a hosted model; only the text comes from the script. It
+never imports litellm.
 """
 
 from __future__ import annotations
@@ -14,16 +15,25 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Protocol, TypeGuard
 
-from art.llm.provider import load_litellm
+from pydantic import JsonValue
 
-if TYPE_CHECKING:
-    from litellm.llms.custom_llm import CustomLLM
-    from litellm.types.llms.openai import ChatCompletionUsageBlock
-    from litellm.types.utils import GenericStreamingChunk
+from art.core.usage import TokenUsage
+from art.errors import ModelError, ModelErrorCode
+from art.llm.litellm_model import is_litellm_error, provider_error
+from art.llm.model import (
+    ModelChunk,
+    ModelRequest,
+    ModelResponse,
+    ModelStream,
+    ProviderError,
+    estimate_tokens,
+    register_model,
+    unregister_model,
+)
 
 __all__ = ["Reply", "ScriptError", "ScriptedCall", "ScriptedModel", "replies", "stream_pieces"]
 
@@ -33,7 +43,7 @@ _STEP_LINE = re.compile(r"\bs\d+\b")
 
 
 class ScriptError(Exception):
-    """The script has no reply for a call (raised in the provider; art sees a ModelError)."""
+    """The script has no reply for a call (raised by the model; art sees a ModelError)."""
 
 
 @dataclass
@@ -41,11 +51,11 @@ class ScriptedCall:
     """One call the scripted model answered (or refused)."""
 
     phase: str | None
-    messages: list[dict[str, Any]]
-    metadata: dict[str, Any]
-    response_format: dict[str, Any] | None
+    messages: list[dict[str, JsonValue]]
+    metadata: dict[str, JsonValue]
+    response_format: dict[str, JsonValue] | None
     stream: bool
-    params: dict[str, Any]
+    params: dict[str, object]
     reply: str | None = None
     # time.perf_counter() when the reply began: a paced stream's chunks follow on a
     # fixed schedule from here.
@@ -56,17 +66,23 @@ class ScriptedCall:
 class Reply:
     """A reply with a chosen `finish_reason` ("length" simulates a reply cut off)."""
 
-    content: Any
+    content: object
     finish_reason: str = "stop"
+
+
+class _Dumpable(Protocol):
+    """A pydantic model, or anything with its `model_dump`."""
+
+    def model_dump(self, *, mode: str, by_alias: bool) -> object: ...
 
 
 class _Script:
     """The replies of one phase: a single reply, or a sequence whose last reply repeats."""
 
-    def __init__(self, reply: Any) -> None:
+    def __init__(self, reply: object) -> None:
         self._lock = threading.Lock()
-        self._last: Any = None
-        self._iterator: Iterator[Any] | None = None
+        self._last: object = None
+        self._iterator: Iterator[object] | None = None
         if isinstance(reply, tuple) or inspect.isgenerator(reply) or isinstance(reply, Iterator):
             items = iter(reply)
             self._iterator = items
@@ -77,7 +93,7 @@ class _Script:
         else:
             self._last = reply
 
-    def next(self) -> Any:
+    def next(self) -> object:
         with self._lock:
             if self._iterator is not None:
                 try:
@@ -87,11 +103,11 @@ class _Script:
             return self._last
 
 
-def _is_model(reply: Any) -> bool:
-    return hasattr(reply, "model_dump") and callable(reply.model_dump)
+def _is_model(reply: object) -> TypeGuard[_Dumpable]:
+    return callable(getattr(reply, "model_dump", None))
 
 
-def _as_text(reply: Any) -> str:
+def _as_text(reply: object) -> str:
     """A reply as the text the model sends: str as-is, models and JSON values as JSON."""
     if isinstance(reply, str):
         return reply
@@ -111,7 +127,7 @@ def _word_count(text: str) -> int:
     return len(text.split())
 
 
-def _message_text(messages: list[dict[str, Any]]) -> str:
+def _message_text(messages: Sequence[Mapping[str, JsonValue]]) -> str:
     parts = []
     for message in messages:
         content = message.get("content")
@@ -121,14 +137,14 @@ def _message_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def _last_user_text(messages: list[dict[str, Any]]) -> str:
+def _last_user_text(messages: Sequence[Mapping[str, JsonValue]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
             return _message_text([message])
     return _message_text(messages[-1:])
 
 
-def _from_prompt(messages: list[dict[str, Any]], lead: str) -> str:
+def _from_prompt(messages: Sequence[Mapping[str, JsonValue]], lead: str) -> str:
     """A short reply built from the paragraphs of the prompt that mention step ids.
 
     For a paragraph like "[s1] ... completed. Output:\n391" only the output is kept.
@@ -147,7 +163,7 @@ def _from_prompt(messages: list[dict[str, Any]], lead: str) -> str:
 
 
 class ScriptedModel:
-    """An offline litellm model that answers each `art_phase` from a script.
+    """An offline model that answers each `art_phase` from a script.
 
     Each reply is a str; a dict, list or pydantic model (sent as JSON text); a `Reply`
     (content plus a `finish_reason`, e.g. "length" for a cut-off reply); a tuple or
@@ -159,7 +175,12 @@ class ScriptedModel:
     (chunks are sent on a fixed schedule, so the rate holds however long a consumer takes),
     and a reply not streamed then comes after as long as its stream would take.
 
-    It is a `art.llm.model.Model`: pass it as the model, or pass its name (`model.model`).
+    `response_schema=True` says it takes a JSON schema `response_format` (the planner then
+    sends one), `context_window=` gives its input token limit, and
+    `cost_per_token=(input, output)` prices its usage (USD a token).
+
+    It is an `art.llm.model.Model`: pass it as the model, or pass its name (`model.model`):
+    until `unregister()`, art's register of models (art.llm.model) finds it by that name.
     Use it as a context manager, or call `unregister()` when done::
 
         with ScriptedModel(planning={"steps": []}, synthesis="Hello!") as model:
@@ -170,12 +191,12 @@ class ScriptedModel:
 
     def __init__(
         self,
-        planning: Any = None,
-        synthesis: Any = None,
-        step: Any = None,
-        replan: Any = None,
+        planning: object = None,
+        synthesis: object = None,
+        step: object = None,
+        replan: object = None,
         *,
-        default: Any = None,
+        default: object = None,
         latency_s: float = 0.0,
         chunk_delay_s: float = 0.0,
         tokens_per_s: float | None = None,
@@ -195,68 +216,20 @@ class ScriptedModel:
             if reply is not None:
                 self._scripts[phase] = _Script(reply)
         self._default = _Script(default) if default is not None else None
-        self._model_info = self._build_model_info(response_schema, context_window, cost_per_token)
-        self._handler = self._build_handler()
-        self._registered = False
+        self._response_schema = response_schema
+        self._context_window = context_window
+        self._cost_per_token = cost_per_token
         self.register()
 
     # -- registration -------------------------------------------------------------
-    def _build_model_info(
-        self,
-        response_schema: bool,
-        context_window: int | None,
-        cost_per_token: tuple[float, float] | None,
-    ) -> dict[str, Any] | None:
-        if not response_schema and context_window is None and cost_per_token is None:
-            return None
-        info: dict[str, Any] = {"litellm_provider": self.provider, "mode": "chat"}
-        if response_schema:
-            info["supports_response_schema"] = True
-        if context_window is not None:
-            info["max_input_tokens"] = context_window
-            info["max_tokens"] = context_window
-        if cost_per_token is not None:
-            info["input_cost_per_token"], info["output_cost_per_token"] = cost_per_token
-            info["cache_creation_input_token_cost"] = 0.0
-            info["cache_read_input_token_cost"] = 0.0
-        return info
-
     def register(self) -> ScriptedModel:
-        """Make `self.model` callable through litellm (done by the constructor)."""
-        if self._registered:
-            return self
-        litellm = load_litellm()
-        from litellm.utils import custom_llm_setup
-
-        litellm.custom_provider_map.append(
-            {"provider": self.provider, "custom_handler": self._handler}
-        )
-        custom_llm_setup()
-        if self._model_info is not None:
-            litellm.register_model({self.model: self._model_info}, persist_across_reloads=False)
-        self._registered = True
+        """Make calls by `self.model`'s name reach this model (done by the constructor)."""
+        register_model(self)
         return self
 
     def unregister(self) -> None:
-        """Remove the provider from litellm. Idempotent."""
-        if not self._registered:
-            return
-        litellm = load_litellm()
-        litellm.custom_provider_map[:] = [
-            item for item in litellm.custom_provider_map if item.get("provider") != self.provider
-        ]
-        # litellm's own list of custom providers keeps the name: without the public
-        # provider_list entry below, litellm refuses the model as an unknown provider.
-        if self.provider in litellm.provider_list:
-            litellm.provider_list.remove(self.provider)
-        if self._model_info is not None:
-            litellm.model_cost.pop(self.model, None)
-        self._registered = False
-
-    async def acompletion(self, **request: Any) -> Any:
-        """The Model protocol (art.llm.model): the call goes through litellm's provider
-        interface, as a call by name does, so every litellm code path runs."""
-        return await load_litellm().acompletion(**{**request, "model": self.model})
+        """Calls by name no longer reach this model (the object still answers). Idempotent."""
+        unregister_model(self)
 
     def __enter__(self) -> ScriptedModel:
         return self.register()
@@ -268,6 +241,57 @@ class ScriptedModel:
         phases = ", ".join(sorted(self._scripts)) or "none"
         return f"ScriptedModel(model={self.model!r}, scripted={phases}, calls={len(self.calls)})"
 
+    # -- the Model protocol (art.llm.model) --------------------------------------------
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        call = self._record(request, stream=False)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        text, finish_reason = await self._asettle(self._pick(call), call)
+        if writing_s := self._writing_s(text):
+            await asyncio.sleep(writing_s)
+        usage = self._usage(call.messages, text)
+        return ModelResponse(
+            content=text,
+            usage=usage,
+            model=self.model,
+            finish_reason=finish_reason,
+            cost=self._cost(usage),
+        )
+
+    async def request_stream(self, request: ModelRequest) -> ModelStream:
+        return self._stream(self._record(request, stream=True))
+
+    async def _stream(self, call: ScriptedCall) -> AsyncGenerator[ModelChunk, None]:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        text, finish_reason = await self._asettle(self._pick(call), call)
+        usage = self._usage(call.messages, text)
+        pieces = stream_pieces(text)
+        delay, start = self.chunk_delay_s, time.perf_counter()
+        call.sent_from = start
+        for index, piece in enumerate(pieces, start=1):
+            if delay and (wait := start + index * delay - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
+            if index < len(pieces):
+                yield ModelChunk(text=piece, model=self.model)
+            else:
+                yield ModelChunk(
+                    text=piece,
+                    usage=usage,
+                    finish_reason=finish_reason,
+                    model=self.model,
+                    cost=self._cost(usage),
+                )
+
+    def supports_response_schema(self) -> bool:
+        return self._response_schema
+
+    def context_window(self) -> int | None:
+        return self._context_window
+
+    def count_tokens(self, messages: Sequence[Mapping[str, JsonValue]]) -> int:
+        return estimate_tokens(messages)
+
     # -- inspection ---------------------------------------------------------------
     def calls_for(self, phase: str) -> list[ScriptedCall]:
         """The calls made with `art_phase == phase`, in order."""
@@ -278,24 +302,21 @@ class ScriptedModel:
         return len(self.calls)
 
     # -- answering ----------------------------------------------------------------
-    def _record(
-        self, messages: list[dict[str, Any]], kwargs: Mapping[str, Any], stream: bool
-    ) -> ScriptedCall:
-        litellm_params = kwargs.get("litellm_params") or {}
-        optional_params = kwargs.get("optional_params") or {}
-        metadata = litellm_params.get("metadata") or optional_params.get("metadata") or {}
+    def _record(self, request: ModelRequest, stream: bool) -> ScriptedCall:
+        metadata = dict(request.metadata)
+        phase = metadata.get("art_phase")
         call = ScriptedCall(
-            phase=metadata.get("art_phase"),
-            messages=[dict(m) for m in messages],
-            metadata=dict(metadata),
-            response_format=optional_params.get("response_format"),
+            phase=phase if isinstance(phase, str) else None,
+            messages=[dict(m) for m in request.messages],
+            metadata=metadata,
+            response_format=request.response_format,
             stream=stream,
-            params={k: v for k, v in optional_params.items() if k != "metadata"},
+            params=dict(request.params),
         )
         self.calls.append(call)
         return call
 
-    def _pick(self, call: ScriptedCall) -> Any:
+    def _pick(self, call: ScriptedCall) -> object:
         script = self._scripts.get(call.phase or "")
         if script is not None:
             return script.next()
@@ -303,7 +324,7 @@ class ScriptedModel:
             return self._default.next()
         return self._builtin_default(call)
 
-    def _builtin_default(self, call: ScriptedCall) -> Any:
+    def _builtin_default(self, call: ScriptedCall) -> object:
         if call.phase == "synthesis":
             return _from_prompt(call.messages, "Answer (scripted) from the step outputs:")
         if call.phase == "step":
@@ -313,70 +334,41 @@ class ScriptedModel:
             f"pass ScriptedModel({call.phase or 'default'}=...) with the reply to send"
         )
 
-    def _settle(self, reply: Any, call: ScriptedCall) -> tuple[str, str]:
-        """Follow callables, raise scripted exceptions, and render the reply as text."""
-        for _ in range(8):
-            if callable(reply) and not isinstance(reply, type):
-                reply = reply(call.messages, call.metadata)
-                continue
-            break
-        finish_reason = "stop"
-        if isinstance(reply, Reply):
-            reply, finish_reason = reply.content, reply.finish_reason
-        if isinstance(reply, BaseException):
-            raise _provider_exception(reply, self)
+    async def _asettle(self, reply: object, call: ScriptedCall) -> tuple[str, str]:
+        """Follow callables (sync or async), raise scripted exceptions as a provider's
+        failure, and render the reply as text."""
+        try:
+            for _ in range(8):
+                if callable(reply) and not isinstance(reply, type):
+                    reply = reply(call.messages, call.metadata)
+                    if inspect.isawaitable(reply):
+                        reply = await reply
+                    continue
+                break
+            finish_reason = "stop"
+            if isinstance(reply, Reply):
+                finish_reason = reply.finish_reason
+                reply = reply.content
+            if isinstance(reply, BaseException):
+                raise reply
+        except Exception as exc:
+            raise _provider_failure(exc) from exc
         text = _as_text(reply)
         call.reply = text
         return text, finish_reason
 
-    async def _asettle(self, reply: Any, call: ScriptedCall) -> tuple[str, str]:
-        for _ in range(8):
-            if callable(reply) and not isinstance(reply, type):
-                reply = reply(call.messages, call.metadata)
-                if inspect.isawaitable(reply):
-                    reply = await reply
-                continue
-            break
-        return self._settle(reply, call)
-
-    def _usage(self, messages: list[dict[str, Any]], text: str) -> ChatCompletionUsageBlock:
+    def _usage(self, messages: Sequence[Mapping[str, JsonValue]], text: str) -> TokenUsage:
         prompt = _word_count(_message_text(messages))
         completion = _word_count(text)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-
-    def _response(
-        self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
-    ) -> Any:
-        litellm = load_litellm()
-        return litellm.ModelResponse(
-            model=self.model,
-            choices=[
-                {"message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
-            ],
-            usage=self._usage(messages, text),
+        return TokenUsage(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
         )
 
-    def _chunks(
-        self, messages: list[dict[str, Any]], text: str, finish_reason: str = "stop"
-    ) -> list[GenericStreamingChunk]:
-        pieces = stream_pieces(text)
-        usage = self._usage(messages, text)
-        last = len(pieces) - 1
-        return [
-            {
-                "text": piece,
-                "is_finished": index == last,
-                "finish_reason": finish_reason if index == last else "",
-                "usage": usage if index == last else None,
-                "index": 0,
-                "tool_use": None,
-            }
-            for index, piece in enumerate(pieces)
-        ]
+    def _cost(self, usage: TokenUsage) -> float | None:
+        if self._cost_per_token is None:
+            return None
+        prompt_cost, completion_cost = self._cost_per_token
+        return usage.prompt_tokens * prompt_cost + usage.completion_tokens * completion_cost
 
     def _writing_s(self, text: str) -> float:
         """How long a reply not streamed takes at `tokens_per_s` (0 without a rate)."""
@@ -384,78 +376,25 @@ class ScriptedModel:
             return 0.0
         return len(stream_pieces(text)) / self.tokens_per_s
 
-    def _build_handler(self) -> CustomLLM:
-        load_litellm()  # with art's settings
-        from litellm.llms.custom_llm import CustomLLM
 
-        owner = self
-
-        class _Handler(CustomLLM):
-            def completion(
-                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
-            ) -> Any:
-                call = owner._record(messages, kwargs, stream=False)
-                if owner.latency_s:
-                    time.sleep(owner.latency_s)
-                settled = owner._settle(owner._pick(call), call)
-                time.sleep(owner._writing_s(settled[0]))
-                return owner._response(messages, *settled)
-
-            async def acompletion(
-                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
-            ) -> Any:
-                call = owner._record(messages, kwargs, stream=False)
-                if owner.latency_s:
-                    await asyncio.sleep(owner.latency_s)
-                settled = await owner._asettle(owner._pick(call), call)
-                if writing_s := owner._writing_s(settled[0]):
-                    await asyncio.sleep(writing_s)
-                return owner._response(messages, *settled)
-
-            def streaming(
-                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
-            ) -> Iterator[GenericStreamingChunk]:
-                call = owner._record(messages, kwargs, stream=True)
-                if owner.latency_s:
-                    time.sleep(owner.latency_s)
-                settled = owner._settle(owner._pick(call), call)
-                delay, start = owner.chunk_delay_s, time.perf_counter()
-                call.sent_from = start
-                for index, chunk in enumerate(owner._chunks(messages, *settled), start=1):
-                    if delay and (wait := start + index * delay - time.perf_counter()) > 0:
-                        time.sleep(wait)
-                    yield chunk
-
-            # litellm declares a coroutine returning the iterator, and iterates this generator
-            async def astreaming(  # type: ignore[override]
-                self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
-            ) -> AsyncIterator[GenericStreamingChunk]:
-                call = owner._record(messages, kwargs, stream=True)
-                if owner.latency_s:
-                    await asyncio.sleep(owner.latency_s)
-                settled = await owner._asettle(owner._pick(call), call)
-                delay, start = owner.chunk_delay_s, time.perf_counter()
-                call.sent_from = start
-                for index, chunk in enumerate(owner._chunks(messages, *settled), start=1):
-                    if delay and (wait := start + index * delay - time.perf_counter()) > 0:
-                        await asyncio.sleep(wait)
-                    yield chunk
-
-        return _Handler()
-
-
-def _provider_exception(error: BaseException, model: ScriptedModel) -> BaseException:
-    """Scripted exceptions are raised as given; litellm maps them like a provider's."""
+def _provider_failure(error: Exception) -> ProviderError:
+    """A scripted exception (or one a callable reply raised) as the provider failure art
+    sees: a ScriptError is UNKNOWN (the test's mistake, never worth a retry), a ModelError
+    or ProviderError keeps its code, litellm's exceptions read as from a litellm model, any
+    other is a NETWORK_ERROR (a provider that failed to answer)."""
+    if isinstance(error, ProviderError):
+        return error
     if isinstance(error, ScriptError):
-        # A missing script is the test's mistake, never worth a retry.
-        litellm = load_litellm()
-        refused: BaseException = litellm.BadRequestError(
-            str(error), model=model.model, llm_provider=model.provider
+        return ProviderError(str(error), ModelErrorCode.UNKNOWN)
+    if isinstance(error, ModelError):
+        return ProviderError(
+            error.message, ModelErrorCode(error.code), retry_after_s=error.retry_after_s
         )
-        return refused
-    return error
+    if is_litellm_error(error):
+        return provider_error(error)
+    return ProviderError(f"{type(error).__name__}: {error}", ModelErrorCode.NETWORK_ERROR)
 
 
-def replies(*items: Any) -> tuple[Any, ...]:
+def replies(*items: object) -> tuple[object, ...]:
     """Replies consumed in order, the last repeating: `ScriptedModel(planning=replies(a, b))`."""
     return tuple(items)

@@ -14,7 +14,9 @@ from typing import Any
 from art.adapters.mcp.client import MCPClient
 from art.adapters.mcp.config import MCPConfig
 from art.adapters.mcp.sampling import Sampler
-from art.llm.model import LiteLLMModel, Model
+from art.config import IN_PROCESS_MODEL_PREFIX
+from art.llm.client import named_model
+from art.llm.model import Model
 from art.tooling.registry import ToolRegistry
 
 __all__ = ["AttachedServers"]
@@ -35,7 +37,9 @@ class AttachedServers:
         self._owned = self.client is not servers
         self._lock = threading.Lock()  # runs on two loops may register tools at once
         if isinstance(model, str):
-            model = LiteLLMModel(model)
+            if model.startswith(IN_PROCESS_MODEL_PREFIX):
+                import art.adapters.local  # noqa: F401 - registers the local/ models with art
+            model = named_model(model)
         self.client.attach_sampler(Sampler(model, dict(llm_params)))
 
     async def start(self, registry: ToolRegistry) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from art.core.log import get_logger
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import mcp_types
 
     from art.adapters.mcp.config import MCPServerConfig
-    from art.llm.model import Model
+    from art.llm.model import Message, Model
 
 __all__ = ["Sampler", "SamplingLimit"]
 
@@ -42,7 +42,9 @@ class Sampler:
         """The model's reply; raises ValueError for content it cannot send."""
         from mcp_types import CreateMessageResult, TextContent
 
-        messages: list[dict[str, str]] = []
+        from art.llm.model import ModelRequest
+
+        messages: list[Message] = []
         if params.system_prompt:
             messages.append({"role": "system", "content": params.system_prompt})
         for message in params.messages:
@@ -51,24 +53,29 @@ class Sampler:
             if any(text is None for text in texts):
                 raise ValueError("only text messages can be sampled")
             messages.append({"role": message.role, "content": "\n".join(map(str, texts))})
-        request: dict[str, Any] = {
-            **self.llm_params,
-            "model": self.model.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "metadata": {"art_phase": SAMPLING_PHASE, "mcp_server": server},
-        }
+        settings: dict[str, object] = {**self.llm_params, "max_tokens": max_tokens}
+        settings.pop("metadata", None)  # a sampling call's metadata is its own
         if params.temperature is not None:
-            request["temperature"] = params.temperature
+            settings["temperature"] = params.temperature
         if params.stop_sequences:
-            request["stop"] = params.stop_sequences
-        reply = await self.model.acompletion(**request)
-        choice = reply.choices[0]
-        stop = {"length": "maxTokens", "stop": "endTurn"}.get(choice.finish_reason or "")
+            settings["stop"] = params.stop_sequences
+        timeout = settings.pop("timeout", None)
+        seconds = timeout if isinstance(timeout, int | float) else None
+        if timeout is not None and seconds is None:
+            settings["timeout"] = timeout  # e.g. an httpx.Timeout the provider SDK applies
+        reply = await self.model.request(
+            ModelRequest(
+                messages=messages,
+                timeout=None if seconds is None else float(seconds),
+                params=settings,
+                metadata={"art_phase": SAMPLING_PHASE, "mcp_server": server},
+            )
+        )
+        stop = {"length": "maxTokens", "stop": "endTurn"}.get(reply.finish_reason or "")
         return CreateMessageResult(
             role="assistant",
-            content=TextContent(type="text", text=choice.message.content or ""),
-            model=getattr(reply, "model", None) or self.model.model,
+            content=TextContent(type="text", text=reply.content),
+            model=reply.model or self.model.model,
             stop_reason=stop,
         )
 
