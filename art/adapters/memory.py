@@ -15,6 +15,7 @@ threads of one process. Nothing survives the process; the lease is per process.
 from __future__ import annotations
 
 import itertools
+import marshal
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -107,25 +108,43 @@ class _Suspension(NamedTuple):
 _NO_SECRETS = Secrets()
 
 
-# The fields of a step's result as `_step_values` keeps them, in this order.
-_RESULT_FIELDS = ("call_id", "tool_name", "status", "output", "error", "metadata")
+def _frozen(container: object) -> object:
+    """A dict's or list's own copy: the bytes marshal writes for it, when it can write it
+    (text, numbers, bytes, None inside), else a copy (`own_copy`). Bytes are not tracked
+    by the garbage collector, which a long run keeping one copy per step spares every
+    full collection; `_thawed` reads them back. A record is read through its JSON text,
+    which marshal's own conversions cannot change (a bytearray is bytes there too)."""
+    try:
+        # Version 2: no shared references, so a value repeated is read back as copies,
+        # as own_copy makes them.
+        return marshal.dumps(container, 2)  # type: ignore[arg-type]  # ValueError if not
+    except ValueError:  # something marshal does not write (a subclass, nested too deep)
+        return own_copy(container)
+
+
+def _thawed(kept: object) -> object:
+    """What `_frozen` kept, as the container it was."""
+    return marshal.loads(kept) if type(kept) is bytes else kept
 
 
 def _step_values(snapshot: StepSnapshot) -> tuple[object, ...]:
-    """The snapshot's values with copies of its containers, its result's fields in
-    _RESULT_FIELDS order: tuples, made into the record's fields only when it is read
-    (`_step_fields`), as most finished steps' records are not."""
+    """The snapshot's values, its containers frozen (`_frozen`), its result as (call_id,
+    tool_name, status, output, error, metadata, whether the output is frozen): tuples,
+    made into the record's fields only when it is read (`_step_fields`), as most
+    finished steps' records are not."""
     args, decision, result = snapshot.args, snapshot.decision, snapshot.result
     kept_result = None
     if result is not None:
         output, metadata = result.output, result.metadata
+        plain = type(output) in JSON_SCALARS or type(output) is bytes
         kept_result = (
             result.call_id,
             result.tool_name,
             result.status,
-            output if type(output) in JSON_SCALARS else own_copy(output),
+            output if plain else _frozen(output),
             result.error,
-            own_copy(metadata) if metadata else {},
+            _frozen(metadata) if metadata else None,
+            not plain,
         )
     return (
         snapshot.step_id,
@@ -136,18 +155,30 @@ def _step_values(snapshot: StepSnapshot) -> tuple[object, ...]:
         snapshot.started_at,
         snapshot.ended_at,
         snapshot.arrived_at,
-        None if args is None else own_copy(args),
+        None if args is None else _frozen(args),
         snapshot.reason,
-        None if decision is None else own_copy(decision),
+        None if decision is None else _frozen(decision),
     )
 
 
 def _step_fields(values: tuple[object, ...]) -> dict[str, object]:
     """The record's fields of what `_step_values` kept."""
     fields: dict[str, object] = dict(zip(StepSnapshot._fields, values, strict=True))
+    fields["args"] = _thawed(fields["args"])
+    fields["decision"] = _thawed(fields["decision"])
     result = fields.pop("result")
     if result is not None:
-        fields["result"] = dict(zip(_RESULT_FIELDS, cast(tuple[object, ...], result), strict=True))
+        call_id, tool_name, status, output, error, metadata, frozen = cast(
+            tuple[object, ...], result
+        )
+        fields["result"] = {
+            "call_id": call_id,
+            "tool_name": tool_name,
+            "status": status,
+            "output": _thawed(output) if frozen else output,
+            "error": error,
+            "metadata": _thawed(metadata) or {},
+        }
     return fields
 
 
