@@ -324,6 +324,30 @@ async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_mode
     assert response.content.strip()
 
 
+# The quickstart's own question (docs/quickstart.md), as examples/quickstart.py asks it:
+# the demo model plans a step for each of its two questions, each with that question's own
+# numbers (the grammar allows no other), and the answer states both results.
+@pytest.mark.slow
+async def test_the_quickstart_question_is_answered_in_both_parts(demo_model):
+    import art
+    from art.evaluation import answer_holds_values
+    from art.tools import Calculator
+
+    question = "What is 17 * 23 + 12, and what is the square root of 1764?"
+    async with art.create_art_instance(
+        model=demo_model,
+        tools=[Calculator()],
+        storage="memory://",
+        llm_params={"temperature": 0, "seed": 0},
+    ) as instance:
+        response = await instance.aprocess(question, "quickstart")
+
+    assert response.metadata.status == "success", response.metadata.error
+    outputs = [step.output for step in response.steps if step.status == "completed"]
+    assert 403 in outputs and 42 in outputs, response.plan
+    assert answer_holds_values(response.content, [403, 42]), response.content
+
+
 # A CPU model may load and plan for longer than a provider's default time limit (seen on a
 # loaded machine: the planning call timed out at 90 s and ran again), so that default does
 # not apply to it; a limit set explicitly does.
@@ -408,6 +432,23 @@ def test_the_positional_plan_schema_becomes_a_grammar_of_any_prefix_of_steps(dem
     # The second step may reference the first only, and types its numbers.
     assert '("s1") [.] "output}}"' in rules and "s2) [.]" not in rules
     assert "steps-tuple-1-2-args-quantity ::= integer |" in rules
+    assert local._grammar(response_format) is not None  # llama.cpp accepts it
+
+
+def test_the_numbers_a_plan_may_write_become_grammar_rules_llama_cpp_reads(demo_model):
+    from art.planning.planner import numbers_in, plan_response_format, questions
+
+    query = "What do 3 items at 19.99 dollars cost, and what is 1,250.5 times 2?"
+    response_format = plan_response_format(
+        _shop_registry(), max_steps=3, descriptions=questions(query), numbers=numbers_in(query)
+    )
+    schema = json.dumps(local._grammar_schema(response_format["json_schema"]["schema"]))
+    rules = local._schema_to_gbnf(schema).splitlines()
+    # The first question's numbers, with their decimal dot, or a single digit.
+    [expression] = [r for r in rules if r.startswith("steps-tuple-0-0-args-expression-1 ::=")]
+    assert '("1" "9" [.] "9" "9" | "3" | [0-9])?' in expression
+    [price] = [r for r in rules if r.startswith("steps-tuple-1-2-args-unit-price-0 ::=")]
+    assert price.startswith('steps-tuple-1-2-args-unit-price-0 ::= "1250.5" | "2" | "0" |')
     assert local._grammar(response_format) is not None  # llama.cpp accepts it
 
 
