@@ -24,6 +24,7 @@ import json
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -58,7 +59,7 @@ from art.storage.contract import (
     ThreadSummary,
 )
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "connect", "storage_error"]
 
 T = TypeVar("T")
 
@@ -194,6 +195,32 @@ _SAVE_STEP = """
 """
 
 
+def connect(
+    path: str | Path, *, synchronous: str = "normal", timeout_s: float = 30.0
+) -> sqlite3.Connection:
+    """A connection to `path` in WAL mode that waits up to `timeout_s` for other writers.
+
+    SQLite does not wait for the exclusive lock that switches a new file to WAL: while
+    another process opens the same new file it answers "database is locked" at once, so
+    the switch is retried here within the same timeout.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    delay_s = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay_s > deadline:
+                conn.close()
+                raise
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.25)
+    conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    return conn
+
+
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     """Bring the database to `target` (holding the write lock); return the version found."""
     conn.execute("BEGIN IMMEDIATE")
@@ -309,9 +336,7 @@ class _Worker(threading.Thread):
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+        conn = connect(self.path, synchronous=self.synchronous)
         conn.execute("PRAGMA foreign_keys=ON")
         migrate(conn)
         return conn
@@ -322,6 +347,8 @@ class _Worker(threading.Thread):
         except BaseException as exc:
             failed = isinstance(exc, sqlite3.Error | OSError)
             self.startup_error = storage_error(self.path, exc) if failed else exc
+            if failed:
+                self.startup_error.__cause__ = exc  # the traceback says which statement
             self.ready.set()
             self._fail_all(exc)
             return

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from art.adapters.sqlite import connect
 from art.core.log import get_logger
 from art.errors import ConfigurationError
 from art.queue.contract import QueueBackend, QueueWorker
@@ -225,10 +226,10 @@ class SQLiteQueue(QueueBackend):
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            if self.path != ":memory:":
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            if self.path == ":memory:":
+                conn = sqlite3.connect(self.path, isolation_level=None)
+            else:
+                conn = connect(self.path)
             _migrate(conn)
             self._conn = conn
         return fn(self._conn)

@@ -40,10 +40,6 @@ async def test_two_workers_with_one_schedule_queue_each_fire_time_once(storage_u
             )
             for _ in range(2)
         ]
-        # Opened one after the other: two processes creating one new SQLite file's tables
-        # at the same moment is not what this test is about.
-        for inst in instances:
-            await inst.aopen()
         workers: list[Any] = []
         serving = [
             asyncio.create_task(

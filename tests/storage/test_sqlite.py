@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from art.adapters.sqlite import SCHEMA_VERSION, SQLiteStorage, migrate
+from art.config import QueueConfig
 from art.errors import ConfigurationError, ThreadBusyError
+from art.queue.sqlite import SQLiteQueue
 from art.responses import StepRecord, utcnow
 from art.storage.contract import RunRecord, StoredEvent
 from art.tooling.contract import ToolResult
@@ -250,6 +252,30 @@ async def test_a_write_waits_for_another_process_holding_the_write_lock(tmp_path
     assert run is not None and run.steps["s1"].status == "completed"
     other.close()
     await storage.close()
+
+
+@pytest.mark.parametrize("opener", ["storage", "queue"])
+async def test_a_new_file_opens_while_another_process_is_creating_it(
+    tmp_path: Path, opener: str
+) -> None:
+    # Two processes opening one new file: the first still writes its tables (in the
+    # rollback journal) when the second switches the file to WAL, which SQLite refuses
+    # at once instead of waiting. Opening must wait for the first, not fail.
+    path = tmp_path / "art.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE created_by_the_other_process (x)")
+    threading.Timer(0.3, other.execute, ("COMMIT",)).start()
+
+    if opener == "storage":
+        opened: SQLiteStorage | SQLiteQueue = SQLiteStorage(path)
+    else:
+        opened = SQLiteQueue(str(path), QueueConfig())
+    await asyncio.wait_for(opened.open(), 10)
+    await opened.close()
+    other.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 @pytest.mark.slow
