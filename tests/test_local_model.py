@@ -193,16 +193,52 @@ def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(dem
     assert apple.count('"," space string') == 2  # maxItems 3 is kept
 
 
-def test_free_text_gets_a_repetition_penalty_unless_the_call_sets_one(demo_model):
+def test_free_text_gets_no_repetition_penalty_unless_the_call_sets_one(demo_model):
     messages = [{"role": "user", "content": "hi"}]
-    assert local._chat_arguments(messages, {})["repeat_penalty"] == local.DEFAULT_REPEAT_PENALTY
+    assert not set(local._chat_arguments(messages, {})) & {"repeat_penalty", "frequency_penalty"}
     for name in ("repeat_penalty", "presence_penalty", "frequency_penalty"):
-        arguments = local._chat_arguments(messages, {name: 0.5})
-        assert arguments[name] == 0.5
-        assert name == "repeat_penalty" or "repeat_penalty" not in arguments
-    # Under a grammar the JSON keys repeat by design: no penalty.
-    constrained = local._chat_arguments(messages, {"response_format": {"type": "json_object"}})
-    assert "grammar" in constrained and "repeat_penalty" not in constrained
+        assert local._chat_arguments(messages, {name: 0.5})[name] == 0.5
+
+
+def test_a_loop_is_one_phrase_three_times_at_the_end():
+    phrase = b"Sao Joao, Portugal\n\n"
+    assert local._repeats_itself(b"Where? " + phrase * 3)
+    assert not local._repeats_itself(b"Where? " + phrase * 2)
+    assert local._repeats_itself(b"1." + b"0" * 36)  # a short period, caught at 12 characters
+    assert not local._repeats_itself(b"1." + b"0" * 35)
+    assert not local._repeats_itself(b"ha ha ha ha ha")  # shorter than a phrase
+    assert not local._repeats_itself(b"| 1 | 2 |\n| 3 | 4 |\n| 5 | 6 |\n")
+
+
+# Numbers are written digit by digit: a repetition penalty made the demo model copy a
+# tool's 30.0 as "3.5"; a free-text reply now ends when it loops instead.
+@pytest.mark.slow  # runs the model
+def test_free_text_copies_numbers_and_ends_when_it_repeats_itself(demo_model):
+    answer = litellm.completion(
+        model=demo_model,
+        messages=[
+            {"role": "system", "content": "Answer from the results of the steps."},
+            {
+                "role": "user",
+                "content": "Question: What is the average of 10, 20 and 60?\n\nResults of "
+                "the steps:\n\n[s1] (tool calculator): completed. Output:\n30.0\n\n"
+                "Write the answer to the question now.",
+            },
+        ],
+        **_greedy(max_tokens=60),
+    )
+    assert "30" in answer.choices[0].message.content
+    looping = litellm.completion(
+        model=demo_model,
+        messages=[
+            {"role": "user", "content": "Write the phrase 'Sao Joao, Portugal' on 50 lines."}
+        ],
+        **_greedy(max_tokens=300, repeat_penalty=1.0),
+    )
+    text = looping.choices[0].message.content
+    assert looping.choices[0].finish_reason == "stop"
+    assert looping.usage.completion_tokens < 100
+    assert text.endswith("Sao Joao, Portugal\n\n" * 3) or text.endswith("Sao Joao, Portugal\n" * 3)
 
 
 def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp_path):
