@@ -82,7 +82,7 @@ class ExecutionConfig(ArtModel):
     # A longer answer is cut to this many characters (the run ends partial).
     max_answer_chars: int = Field(1_000_000, ge=1)
 
-    def merged(self, overrides: ExecutionConfig | dict[str, Any] | None) -> ExecutionConfig:
+    def merged(self, overrides: ExecutionConfig | Mapping[str, object] | None) -> ExecutionConfig:
         """This config with the fields `overrides` sets explicitly replaced."""
         if overrides is None:
             return self
@@ -92,7 +92,7 @@ class ExecutionConfig(ArtModel):
         data.update(ExecutionConfig.model_validate(overrides).model_dump(exclude_unset=True))
         return ExecutionConfig.model_validate(data)
 
-    def within(self, overrides: dict[str, Any] | None) -> ExecutionConfig:
+    def within(self, overrides: Mapping[str, object] | None) -> ExecutionConfig:
         """This config with `overrides` applied, refusing any that would raise one of its
         limits (`CEILING_FIELDS`; a value may only go down): what a server's client may
         change. Raises ValueError naming every limit the overrides would raise."""
@@ -156,7 +156,7 @@ def _limit(config: ExecutionConfig, name: str) -> float:
     return float(value)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return "null (no limit)" if value is None else repr(value)
 
 
@@ -263,7 +263,7 @@ class ArtInstanceConfig(ArtModel):
 
     @field_validator("persona", mode="before")
     @classmethod
-    def _persona_from_str(cls, value: Any) -> Any:
+    def _persona_from_str(cls, value: object) -> object:
         if isinstance(value, str):
             return {"planning": value, "synthesis": value}
         return value
@@ -317,7 +317,7 @@ _MOVED_OPTIONS = {
 }
 
 
-def process_options(options: ProcessOptions | Mapping[str, Any] | None) -> ProcessOptions:
+def process_options(options: ProcessOptions | Mapping[str, object] | None) -> ProcessOptions:
     """A call's `options` as ProcessOptions; raises ConfigurationError for a bad one."""
     if options is None:
         return ProcessOptions()
@@ -340,3 +340,25 @@ def _storable_options(options: ProcessOptions) -> ProcessOptions:
         if problem is not None:
             raise ConfigurationError(f"invalid process options: {name} {problem}")
     return options
+
+
+def instance_config(
+    config: ArtInstanceConfig | None, fields: Mapping[str, Any]
+) -> ArtInstanceConfig:
+    """An instance's configuration: `config` with `fields` over it; raises
+    ConfigurationError for a bad one."""
+    try:
+        if config is None:
+            return ArtInstanceConfig.model_validate(dict(fields))
+        if not isinstance(config, ArtInstanceConfig):
+            config = ArtInstanceConfig.model_validate(config)
+        if fields:
+            merged = {**config.model_dump(exclude_unset=True), **fields}
+            # Objects (tools, adapters, callbacks) must not be copied through model_dump.
+            for name in ("tools", "storage", "callbacks", "mcp_servers"):
+                if name not in fields and name in config.model_fields_set:
+                    merged[name] = getattr(config, name)
+            return ArtInstanceConfig.model_validate(merged)
+        return config
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid art configuration: {exc}") from None

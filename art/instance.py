@@ -1,4 +1,9 @@
-"""ArtInstance: wires the config, LLM, tools, storage and events into plan → execute → synthesize.
+"""ArtInstance: configuration plus the public API over plan → execute → synthesize.
+
+Each method checks its arguments and hands the work to a collaborator: `ActiveRuns`
+(process and resume under the thread's lease, `cancel`), `RunDepsFactory` (the LLM
+client, the planner, what a run borrows), `Runtime` (the sync methods' loop, the tool
+threads), the storage, the queue and the MCP servers (`AttachedServers`).
 
 Every path is written once, async (`aprocess`, `aresume_execution`, ...); the sync
 methods are thin bridges through a private event loop (`art.core.sync.Portal`), so they
@@ -14,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import (
@@ -22,11 +26,9 @@ from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
-    Iterator,
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, ValidationError
@@ -36,6 +38,7 @@ from art.config import (
     ArtInstanceConfig,
     ExecutionConfig,
     ProcessOptions,
+    instance_config,
     process_options,
 )
 from art.core.log import get_logger
@@ -43,39 +46,32 @@ from art.core.models import ArtModel
 from art.core.redaction import secrets_from_params, secrets_in_use
 from art.core.serialization import escape_unencodable
 from art.core.spans import SpanContext
-from art.core.sync import Portal
+from art.engine.active import ActiveRuns, OpenedRun
 from art.engine.context import RunContext
-from art.engine.fork import fork_record
-from art.engine.phases import drive
+from art.engine.deps import RunDepsFactory
+from art.engine.fork import store_fork
 from art.engine.run import (
     HISTORY_LIMIT,
-    Run,
-    RunDeps,
-    call_error,
     open_resumed_run,
     open_run,
     pending_suspensions,
-    refused_response,
 )
+from art.engine.runtime import Runtime
 from art.engine.suspension import Decision, SuspendedState, parse_decision
-from art.errors import ConfigurationError, ForkError, RunErrorCode, ThreadBusyError
+from art.errors import ConfigurationError
 from art.llm import chat as llm_chat
 from art.llm.chat import ChatMessages, ChatResponse, ChatStreamChunk
-from art.llm.client import LLMClient
 from art.llm.model import model_name
 from art.observe.callbacks import CallbackAdapter
-from art.observe.events import Event, EventBus, Hook, HookVeto, RunEvents
-from art.planning.planner import Planner
+from art.observe.events import Event, EventBus, Hook, RunEvents
 from art.queue.runs import RunHandle, RunQueue
-from art.responses import AgentFinalResponse, ConversationMessage, RunError
+from art.responses import AgentFinalResponse, ConversationMessage
 from art.storage.contract import RunRecord, StorageAdapter, Suspension, ThreadSummary
 from art.storage.opening import open_storage
 from art.tooling.registry import ToolRegistry
-from art.tooling.threads import ToolThreads
 
 if TYPE_CHECKING:
-    from art.adapters.mcp.client import MCPClient
-    from art.engine.setup import RunSetup
+    from art.adapters.mcp.attached import AttachedServers
     from art.planning.plans import Plan
 
 __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_message"]
@@ -83,9 +79,6 @@ __all__ = ["ArtInstance", "ThreadState", "create_art_instance", "no_model_messag
 log = get_logger(__name__)
 
 T = TypeVar("T")
-
-#: Plain `def` tool calls that run at once across all the runs of one instance.
-TOOL_THREADS = 256
 
 
 def no_model_message() -> str:
@@ -117,18 +110,6 @@ def _local_available() -> bool:
     return available()
 
 
-@dataclass(frozen=True, slots=True)
-class _Opened:
-    """The run a process or resume call found under the lease, and what its
-    `session:start` says beyond `continued` and `tools`."""
-
-    record: RunRecord
-    setup: RunSetup
-    continued: bool
-    start: dict[str, Any] = field(default_factory=dict)
-    resumed: Suspension | None = None
-
-
 class ThreadState(ArtModel):
     """What `get_state` returns: a thread's runs, its active run, pending suspensions, history."""
 
@@ -143,7 +124,7 @@ class ArtInstance:
     """An engine: model, tools, storage and events. Build it with `art.create_art_instance`."""
 
     def __init__(self, config: ArtInstanceConfig | None = None, **fields: Any) -> None:
-        self.config = _build_config(config, fields)
+        self.config = instance_config(config, fields)
         self.model = _resolve_model(self.config)
         self.planning_model = model_name(self.config.planning_model) or self.model
         self.synthesis_model = model_name(self.config.synthesis_model) or self.model
@@ -156,31 +137,28 @@ class ArtInstance:
         if self.config.callbacks is not None:
             self._callbacks = CallbackAdapter(self.config.callbacks)
             self._callbacks.attach(self.events)
-        self._mcp: MCPClient | None = None
-        self._owns_mcp = False
-        self._mcp_lock = threading.Lock()  # runs on two loops may register tools at once
+        self._mcp: AttachedServers | None = None
         if self.config.mcp_servers is not None:
             # Only with MCP servers configured: the client needs the optional mcp extra.
-            from art.adapters.mcp.client import MCPClient
+            from art.adapters.mcp.attached import AttachedServers
 
-            given = self.config.mcp_servers
-            self._mcp = given if isinstance(given, MCPClient) else MCPClient(given)
-            self._owns_mcp = self._mcp is not given
             # The servers' sampling requests are answered by this instance's model.
-            self._mcp.attach_sampler(self._mcp_sampler())
+            model = self.config.model_objects().get(self.model, self.model)
+            self._mcp = AttachedServers(self.config.mcp_servers, model, self.config.llm_params)
+        self._runtime = Runtime("art-instance")
+        self._deps = RunDepsFactory(
+            self.config,
+            self.registry,
+            model=self.model,
+            planning_model=self.planning_model,
+            synthesis_model=self.synthesis_model,
+            tool_threads=lambda: self._runtime.tool_threads(self.registry),
+        )
+        self._runs = ActiveRuns(self.events)
         self._opened = False
         self._providers_ready = False
-        self._llm: LLMClient | None = None
-        self._portal_lock = threading.Lock()
-        self._portal: Portal | None = None
-        self._active: dict[str, Run] = {}  # the runs under way, for `cancel`
-        # Calls that have not built their run yet (taking the lease, run:before hooks).
-        self._starting: dict[str, list[_Starting]] = {}
         self._closed = False
         self._queue: RunQueue | None = None
-        # Plain `def` tools run on threads that outlive a run (see `_tool_threads`).
-        self._tool_pool: ToolThreads | None = None
-        self._tool_pool_lock = threading.Lock()  # runs may start from several threads
 
     def __repr__(self) -> str:
         return (
@@ -271,7 +249,7 @@ class ArtInstance:
             events=RunEvents(self.events),
         )
         with self._secrets_in_use(ProcessOptions()):
-            return await self._planner(self._llm_client(None)).plan(run, query, history)
+            return await self._deps.planner(self._deps.llm_client(None)).plan(run, query, history)
 
     def plan(self, query: str, thread_id: str | None = None) -> Plan:
         """Sync `aplan`."""
@@ -292,7 +270,7 @@ class ArtInstance:
         self._check_open()
         model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         return await llm_chat.achat(
-            self._llm_client(llm_params),
+            self._deps.llm_client(llm_params),
             self.config.execution_config,
             model,
             sent,
@@ -332,7 +310,7 @@ class ArtInstance:
         self._check_open()
         model, sent = self._chat_call(messages, model, system_prompt, llm_params)
         chunks = llm_chat.chat_stream(
-            self._llm_client(llm_params), self.config.execution_config, model, sent
+            self._deps.llm_client(llm_params), self.config.execution_config, model, sent
         )
         async for chunk in chunks:
             yield chunk
@@ -365,16 +343,19 @@ class ArtInstance:
         thread_id = _thread_key(thread_id)
         parsed = parse_decision(decision)
         opts = process_options(options)
-        config = self._config_for(opts)
+        config = self._deps.execution_config(opts)
         await self._prepare()
         started = time.perf_counter()
 
-        async def open_() -> _Opened:
+        async def open_() -> OpenedRun:
             record, decided, setup = await open_resumed_run(
                 self.storage, self.registry, self.events, thread_id, suspension_id, parsed, opts
             )
-            start = {"suspension_id": suspension_id, "decision": decided.decision}
-            return _Opened(record, setup, continued=True, start=start, resumed=decided)
+            start: dict[str, object] = {
+                "suspension_id": suspension_id,
+                "decision": decided.decision,
+            }
+            return OpenedRun(record, setup, continued=True, start=start, resumed=decided)
 
         return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=())
 
@@ -405,18 +386,12 @@ class ArtInstance:
         thread."""
         self._check_open()
         await self._prepare()
-        source = await self.storage.get_run(run_id)
-        if source is None or source.thread_id != thread_id:
-            raise ForkError(f"no run {run_id!r} on thread {thread_id!r}", code="FORK_RUN_NOT_FOUND")
-        record = fork_record(
-            source, step_id, self.registry, args=dict(args) if args is not None else None
+        edited = dict(args) if args is not None else None
+        record = await store_fork(
+            self.storage, self.registry, thread_id, run_id, step_id, args=edited
         )
-        async with self.storage.lease(thread_id):
-            if await self.storage.get_active_run(thread_id) is not None:
-                raise ThreadBusyError(thread_id)
-            await self.storage.create_run(record)
         opts = process_options(options).model_copy(update={"run_id": record.run_id})
-        return await self.aprocess(source.query, thread_id, opts)
+        return await self.aprocess(record.query, thread_id, opts)
 
     def fork(
         self,
@@ -553,33 +528,7 @@ class ArtInstance:
         Running tools are cancelled (sync tools see `context.cancelled`); the response
         comes back with error code CANCELLED. Safe to call from any thread.
         """
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        run = self._active.get(thread_id)
-        if run is None:
-            # Not started yet (taking the thread's lease, in run:before hooks): stop there.
-            calls = [
-                s
-                for s in list(self._starting.get(thread_id, ()))
-                if run_id is None or s.run_id == run_id
-            ]
-            for starting in calls:
-                if running is starting.loop:
-                    starting.cancel(reason)
-                else:
-                    starting.loop.call_soon_threadsafe(starting.cancel, reason)
-            return bool(calls)
-        if run_id is not None and run.context.run_id != run_id:
-            return False
-        if running is run.loop:
-            run.cancel(reason)
-        else:
-            # The run lives on another loop (the sync methods' private one, say).
-            run.context.cancellation.cancel(reason)  # tools see it at once
-            run.loop.call_soon_threadsafe(run.cancel, reason)
-        return True
+        return self._runs.cancel(thread_id, reason, run_id=run_id)
 
     # -- queued runs --------------------------------------------------------------------
     async def asubmit(
@@ -630,14 +579,10 @@ class ArtInstance:
         if queue is not None:  # before closing: its runs end or go back to the queue
             await queue.aclose()
         self._closed = True
-        with self._tool_pool_lock:
-            pool, self._tool_pool = self._tool_pool, None
-        if pool is not None:
-            # Threads of tools that ignored cancellation finish on their own.
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._runtime.stop_tool_threads()
         if self._opened and self._owns_storage:
             await self.storage.close()
-        if self._mcp is not None and self._owns_mcp:
+        if self._mcp is not None:
             await self._mcp.aclose()  # stops the MCP servers it started
         if self._callbacks is not None:
             self._callbacks.detach()
@@ -646,10 +591,7 @@ class ArtInstance:
         """Sync `aclose`, then stop the private loop of the sync methods."""
         if not self._closed:
             self._sync(self.aclose(), allow_closed=True)
-        with self._portal_lock:
-            portal, self._portal = self._portal, None
-        if portal is not None:
-            portal.close()
+        self._runtime.close_loop()
 
     def __enter__(self) -> ArtInstance:
         return self
@@ -662,39 +604,14 @@ class ArtInstance:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-        with self._portal_lock:
-            portal, self._portal = self._portal, None
-        if portal is not None:
-            await asyncio.to_thread(portal.close)
+        await asyncio.to_thread(self._runtime.close_loop)
 
     # -- internals ----------------------------------------------------------------------
-    def _tool_threads(self) -> ToolThreads | None:
-        """The threads every run of this instance calls its plain `def` tools on, or None
-        when it has none (tools registered on `registry` later count too). Made on first
-        use; a thread is started only when no idle one is left, so the threads of one run
-        serve the next instead of being started again. `max_concurrency` still bounds
-        each run; up to TOOL_THREADS calls run at once across the instance's runs, more
-        wait for a thread."""
-        if self._tool_pool is None and all(
-            entry.is_async
-            for entry in map(self.registry.entry, self.registry.names())
-            if entry is not None
-        ):
-            return None
-        with self._tool_pool_lock:
-            if self._tool_pool is None:
-                self._tool_pool = ToolThreads(TOOL_THREADS)
-            return self._tool_pool
-
     def _sync(self, coro: Coroutine[Any, Any, T], *, allow_closed: bool = False) -> T:
         if self._closed and not allow_closed:
             coro.close()
             raise ConfigurationError("this ArtInstance is closed")
-        with self._portal_lock:
-            if self._portal is None:
-                self._portal = Portal(name="art-instance")
-            portal = self._portal
-        return portal.run(coro)
+        return self._runtime.run(coro)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -710,30 +627,7 @@ class ArtInstance:
                 import art.adapters.local  # noqa: F401 - registers the provider with litellm
             self._providers_ready = True
         if self._mcp is not None:
-            # Starts the MCP servers not running yet (one that fails is left out, with a
-            # warning, and tried again by a later run) and registers their tools once.
-            tools = await self._mcp.astart(strict=False)
-            with self._mcp_lock:
-                for tool in tools:
-                    if self.registry.get(tool.name) is not tool:
-                        self.registry.register(tool)
-
-    def _mcp_sampler(self) -> Any:
-        from art.adapters.mcp.sampling import Sampler
-        from art.llm.model import LiteLLMModel
-
-        model = self.config.model_objects().get(self.model) or LiteLLMModel(self.model)
-        return Sampler(model, self.config.llm_params)
-
-    def _llm_client(self, overrides: Mapping[str, Any] | None) -> LLMClient:
-        """The LLM client for a call: the instance's, or one with per-call llm_params."""
-
-        models = self.config.model_objects()
-        if overrides:
-            return LLMClient({**self.config.llm_params, **overrides}, models=models)
-        if self._llm is None:  # built once: it scans the environment for keys to mask
-            self._llm = LLMClient(self.config.llm_params, models=models)
-        return self._llm
+            await self._mcp.start(self.registry)
 
     def _secrets_in_use(self, opts: ProcessOptions) -> contextlib.AbstractContextManager[Any]:
         """Make the keys of this call's llm_params known to everything that writes for it
@@ -741,48 +635,6 @@ class ArtInstance:
         return secrets_in_use(
             secrets_from_params({**self.config.llm_params, **(opts.llm_params or {})})
         )
-
-    def _planner(self, llm: LLMClient, tools: ToolRegistry | None = None) -> Planner:
-
-        return Planner(
-            llm,
-            tools or self.registry,
-            persona=self.config.persona,
-            model=self.planning_model,
-            structured_output=self.config.structured_output,
-        )
-
-    def _config_for(self, opts: ProcessOptions) -> ExecutionConfig:
-        try:
-            return self.config.execution_config.merged(opts.execution_config)
-        except ValidationError as exc:
-            raise ConfigurationError(f"invalid execution_config override: {exc}") from None
-
-    def _run_deps(self, opts: ProcessOptions, setup: RunSetup) -> RunDeps:
-        llm = self._llm_client(opts.llm_params)
-        return RunDeps(
-            storage=self.storage,
-            setup=setup,
-            llm=llm,
-            planner=self._planner(llm, setup.registry),
-            model=self.model,
-            synthesis_model=self.synthesis_model,
-            persona=self.config.persona,
-            tool_threads=self._tool_threads(),
-        )
-
-    async def _drive(
-        self, run: Run, start_data: dict[str, Any], *, resumed: Suspension | None = None
-    ) -> AgentFinalResponse:
-        """Drive `run`, reachable by `cancel` while it runs."""
-        self._active[run.thread_id] = run
-        try:
-            # In a task of its own, so what the run makes current in its context (its
-            # tracing span) ends with it; cancelling this call cancels the task.
-            return await asyncio.create_task(drive(run, start_data, resumed=resumed))
-        finally:
-            if self._active.get(run.thread_id) is run:
-                del self._active[run.thread_id]
 
     async def _process(
         self,
@@ -796,14 +648,14 @@ class ArtInstance:
         started = time.perf_counter()
         query, thread_id = _storable(query), _thread_key(thread_id)
         opts = process_options(options)
-        config = self._config_for(opts)
+        config = self._deps.execution_config(opts)
         await self._prepare()
 
-        async def open_() -> _Opened:
+        async def open_() -> OpenedRun:
             record, continued, setup = await open_run(
                 self.storage, self.registry, self.events, query, thread_id, opts
             )
-            return _Opened(record, setup, continued=continued)
+            return OpenedRun(record, setup, continued=continued)
 
         return await self._lease_and_drive(thread_id, opts, config, started, open_, sinks=sinks)
 
@@ -813,139 +665,31 @@ class ArtInstance:
         opts: ProcessOptions,
         config: ExecutionConfig,
         started: float,
-        open_: Callable[[], Awaitable[_Opened]],
+        open_: Callable[[], Awaitable[OpenedRun]],
         *,
         sinks: Sequence[Callable[[Event], None]],
     ) -> AgentFinalResponse:
-        """The one path of `process` and `aresume_execution`: take the thread's lease, find
-        the run (`open_`, where a `run:before` hook may veto it) and drive it."""
-        with self._secrets_in_use(opts), self._start(thread_id, opts.run_id) as starting:
-            try:
-                async with self.storage.lease(thread_id):
-                    try:
-                        opened = await open_()
-                    except HookVeto as veto:
-                        error = call_error(veto)
-                        return await refused_response(
-                            self.events, thread_id, error, started, sinks=sinks
-                        )
-                    run = Run(
-                        self._run_deps(opts, opened.setup),
-                        opened.record,
-                        config,
-                        opts,
-                        bus=self.events,
-                        sinks=sinks,
-                        started=started,
-                    )
-                    start = {
-                        "continued": opened.continued,
-                        "tools": opened.setup.registry.names(),
-                        **opened.start,
-                    }
-                    starting.hand_over(run)
-                    return await self._drive(run, start, resumed=opened.resumed)
-            except ThreadBusyError as busy:
-                return await self._busy(thread_id, busy, started, sinks=sinks)
-            except asyncio.CancelledError:
-                if not starting.owns_cancel():
-                    raise
-                return await self._cancelled_at_start(thread_id, starting, started, sinks=sinks)
-
-    @contextlib.contextmanager
-    def _start(self, thread_id: str, run_id: str | None) -> Iterator[_Starting]:
-        """The call's place in `_starting` until it hands over to its run (or ends)."""
-        starting = _Starting(asyncio.current_task(), asyncio.get_running_loop(), run_id)
-        self._starting.setdefault(thread_id, []).append(starting)
-        try:
-            yield starting
-        finally:
-            calls = self._starting.get(thread_id, [])
-            if starting in calls:
-                calls.remove(starting)
-            if not calls:
-                self._starting.pop(thread_id, None)
-
-    async def _cancelled_at_start(
-        self,
-        thread_id: str,
-        starting: _Starting,
-        started: float,
-        *,
-        sinks: Sequence[Callable[[Event], None]] = (),
-    ) -> AgentFinalResponse:
-        """The response of a call cancelled before its run existed (nothing was stored)."""
-        error = RunError(code=RunErrorCode.CANCELLED, message=starting.reason or "cancelled")
-        return await refused_response(self.events, thread_id, error, started, sinks=sinks)
-
-    async def _busy(
-        self,
-        thread_id: str,
-        busy: ThreadBusyError,
-        started: float,
-        *,
-        sinks: Sequence[Callable[[Event], None]] = (),
-    ) -> AgentFinalResponse:
-        error = RunError(
-            code=RunErrorCode.THREAD_BUSY, message=busy.message, retry_after_s=busy.retry_after_s
-        )
-        return await refused_response(
-            self.events, thread_id, error, started, sinks=sinks, source="lease"
-        )
+        """The one path of `process` and `aresume_execution`: the call's keys known to what
+        writes for it, the run found under the thread's lease and driven (`ActiveRuns`)."""
+        with self._secrets_in_use(opts):
+            storage = self.storage
+            return await self._runs.lease_and_drive(
+                storage,
+                thread_id,
+                opts,
+                config,
+                started,
+                open_,
+                lambda setup: self._deps.run_deps(storage, opts, setup),
+                sinks=sinks,
+            )
 
 
 # -- helpers --------------------------------------------------------------------------------
 
 
-class _Starting:
-    """A `process` or resume call before its run exists: `cancel` cancels its task, which
-    then answers CANCELLED; once handed over, a cancel goes to the run."""
-
-    def __init__(
-        self, task: asyncio.Task[Any] | None, loop: asyncio.AbstractEventLoop, run_id: str | None
-    ) -> None:
-        self.task = task
-        self.loop = loop
-        self.run_id = run_id
-        self.reason: str | None = None
-        self._run: Run | None = None
-
-    def hand_over(self, run: Run) -> None:
-        self._run = run
-
-    def cancel(self, reason: str) -> None:
-        """On the call's loop."""
-        if self._run is not None:
-            self._run.cancel(reason)  # it started meanwhile
-        elif self.reason is None and self.task is not None and not self.task.done():
-            self.reason = reason
-            self.task.cancel()
-
-    def owns_cancel(self) -> bool:
-        """Whether the CancelledError being handled is `cancel`'s alone (then cleared)."""
-        return self.reason is not None and self.task is not None and self.task.uncancel() == 0
-
-
 #: `get_history`'s "no limit" for the storage's `limit` (SQL's LIMIT takes a 64-bit integer).
 _ALL_MESSAGES = 2**62
-
-
-def _build_config(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstanceConfig:
-    try:
-        if config is None:
-            return ArtInstanceConfig.model_validate(dict(fields))
-        if not isinstance(config, ArtInstanceConfig):
-            config = ArtInstanceConfig.model_validate(config)
-        if fields:
-            merged = {**config.model_dump(exclude_unset=True), **fields}
-            # Objects (tools, adapters, callbacks) must not be copied through model_dump.
-            for name in ("tools", "storage", "callbacks", "mcp_servers"):
-                if name not in fields and name in config.model_fields_set:
-                    merged[name] = getattr(config, name)
-            return ArtInstanceConfig.model_validate(merged)
-        return config
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid art configuration: {exc}") from None
 
 
 def _resolve_model(config: ArtInstanceConfig) -> str:

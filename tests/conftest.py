@@ -205,6 +205,18 @@ def restore_logging():
     structlog.reset_defaults()
 
 
+@pytest.fixture
+def default_reset() -> Iterator[None]:
+    """Start without art's default instance (`art.process`, `art.configure`, ...) and close
+    and forget the one a test built: it is process-wide."""
+    # private: art has no public way to forget its default instance; tests must not share one.
+    from art.api import _reset_default_instance
+
+    _reset_default_instance()
+    yield
+    _reset_default_instance()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cli_commands_built_once() -> Iterator[None]:
     """typer's CliRunner builds the click command from the app's annotations on every invoke
@@ -214,6 +226,7 @@ def _cli_commands_built_once() -> Iterator[None]:
         yield
         return
     with pytest.MonkeyPatch.context() as patch:
+        # private: typer's, not art's; it builds the command, the cost this fixture saves
         patch.setattr(typer_testing, "_get_command", functools.cache(typer_testing._get_command))
         yield
 

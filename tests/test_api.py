@@ -16,18 +16,6 @@ PLAN = {
 }
 
 
-@pytest.fixture
-def default_reset():
-    """Leave no default instance behind (and close what a test built)."""
-    before = art.api._default
-    art.api._default = None
-    yield
-    made = art.api._default
-    art.api._default = before
-    if made is not None and made is not before:
-        made.close()
-
-
 def test_configure_builds_the_default_instance_with_the_builtin_tools(
     scripted_model, default_reset
 ):

@@ -76,23 +76,16 @@ async def test_a_reply_without_reasoning_has_no_thinking_and_messages_pass_as_gi
     assert request.body["model"] == "other" and request.body["temperature"] == 0
 
 
-def test_sync_chat_works_on_the_instance_and_the_default_instance(fake_provider):
+def test_sync_chat_works_on_the_instance_and_the_default_instance(fake_provider, default_reset):
     fake_provider.queue(Answer("one"), Answer("two"))
     with instance(fake_provider) as inst:
         assert inst.chat("first").content == "one"
-    before = art.api._default
-    art.api._default = None
-    try:
-        art.configure(
-            model="openai/fake",
-            storage="memory://",
-            llm_params={"api_base": fake_provider.openai_base, "api_key": KEY},
-        )
-        assert art.chat("second").content == "two"
-    finally:
-        made, art.api._default = art.api._default, before
-        if made is not None:
-            made.close()
+    art.configure(
+        model="openai/fake",
+        storage="memory://",
+        llm_params={"api_base": fake_provider.openai_base, "api_key": KEY},
+    )
+    assert art.chat("second").content == "two"
     assert [r.body["messages"][0]["content"] for r in fake_provider.requests] == [
         "first",
         "second",
@@ -172,22 +165,15 @@ async def test_chat_stream_yields_thinking_then_content_and_ends_with_usage(fake
     assert request.body["stream_options"] == {"include_usage": True}
 
 
-async def test_the_module_level_chat_stream_uses_the_default_instance(fake_provider):
+async def test_the_module_level_chat_stream_uses_the_default_instance(fake_provider, default_reset):
     fake_provider.queue(Answer("streamed"))
-    before = art.api._default
-    art.api._default = None
-    try:
-        art.configure(
-            model="openai/fake",
-            storage="memory://",
-            llm_params={"api_base": fake_provider.openai_base, "api_key": KEY},
-        )
-        chunks = await collect(art.chat_stream("hi", system_prompt="Be brief."))
-        response = await art.achat("again")
-    finally:
-        made, art.api._default = art.api._default, before
-        if made is not None:
-            await made.aclose()
+    art.configure(
+        model="openai/fake",
+        storage="memory://",
+        llm_params={"api_base": fake_provider.openai_base, "api_key": KEY},
+    )
+    chunks = await collect(art.chat_stream("hi", system_prompt="Be brief."))
+    response = await art.achat("again")
     assert "".join(c.content for c in chunks) == "streamed" and chunks[-1].done
     assert response.content == "ok"  # the provider's default reply
     assert fake_provider.requests[0].body["messages"][0] == {

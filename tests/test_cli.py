@@ -399,7 +399,7 @@ def test_suspension_json_lists_resume_commands_and_exits_3(invoke, scripted_mode
 
 
 def test_interactive_terminal_asks_and_resumes(invoke, scripted_model, monkeypatch):
-    # Private on purpose: the test runner is no terminal; the command must think it is one.
+    # private: the test runner is no terminal; the command must think it is one.
     monkeypatch.setattr(art.cli.app, "_interactive", lambda: True)
     model = scripted_model(planning=APPROVAL_PLAN, synthesis="Approved and doubled: 782.")
     result = invoke(

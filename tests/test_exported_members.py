@@ -50,7 +50,9 @@ EXPORTS = {
         "streamable_http_app", "tool_names", "tool_result",
     ],
     "art.adapters.memory": ["MemoryStorage"],
-    "art.adapters.sqlite": ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "storage_error"],
+    "art.adapters.sqlite": [
+        "MIGRATIONS", "SCHEMA_VERSION", "SQLiteStorage", "connect", "storage_error",
+    ],
     "art.adapters.postgres": [
         "DEFAULT_CONNECT_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "PostgresStorage",
     ],

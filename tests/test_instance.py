@@ -713,11 +713,11 @@ def test_configuration_mistakes_raise_at_construction(scripted_model):
 
 
 def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypatch):
-    import art.instance
+    import art.adapters.local
 
     monkeypatch.delenv("ART_MODEL", raising=False)
-    # Private on purpose: whether the local extra is installed is the machine's, not the test's.
-    monkeypatch.setattr(art.instance, "_local_available", lambda: False)
+    # Whether the local extra is installed is the machine's, not the test's.
+    monkeypatch.setattr(art.adapters.local, "available", lambda: False)
     with pytest.raises(ConfigurationError) as caught:
         art.create_art_instance(storage="memory://")
     message = str(caught.value)
@@ -728,14 +728,14 @@ def test_no_model_says_how_to_install_the_local_model_or_set_art_model(monkeypat
 
 
 def test_the_model_comes_from_art_model_else_the_local_demo_model(monkeypatch):
-    import art.instance
+    import art.adapters.local
 
     monkeypatch.setenv("ART_MODEL", "openai/gpt-4o-mini")
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "openai/gpt-4o-mini"
     monkeypatch.delenv("ART_MODEL")
-    # Private on purpose: as above, the local extra is taken as installed.
-    monkeypatch.setattr(art.instance, "_local_available", lambda: True)
+    # As above, the local extra is taken as installed.
+    monkeypatch.setattr(art.adapters.local, "available", lambda: True)
     with art.create_art_instance(storage="memory://") as inst:
         assert inst.model == "local/smollm2"
 
@@ -849,11 +849,10 @@ async def test_blocking_tools_run_on_threads_that_serve_every_run_of_the_instanc
     assert first.status == second.status == "success"
     assert len(threads_of_first) == 8 and threading.main_thread() not in threads_of_first
     assert set(seen) == threads_of_first  # started once, used again by the next run
-    # Private on purpose: no public API shows the instance's tool threads outliving a run.
-    pool = inst._tool_pool
-    assert pool is not None
     await inst.aclose()
-    assert inst._tool_pool is None and pool._shutdown
+    for thread in threads_of_first:  # closing the instance stops its tool threads
+        await asyncio.to_thread(thread.join, 10)
+    assert not any(thread.is_alive() for thread in threads_of_first)
 
 
 async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scripted_model, make):
@@ -864,15 +863,29 @@ async def test_a_blocking_tool_registered_later_runs_on_the_instance_threads(scr
 
     plan = {"steps": [{"id": "s1", "tool": "late", "args": {"n": 1}}]}
     inst = make([], model=scripted_model(planning=plan, synthesis="ok"))
-    # Private on purpose: whether the instance made its threads has no public view.
-    assert inst._tool_threads() is None  # no `def` tool yet: no threads
+    # private: whether the instance made its threads has no public view.
+    assert not inst._runtime.has_tool_threads  # no `def` tool yet: no threads
     inst.registry.register(late)
 
     response = await inst.aprocess("go", "t")
 
     assert response.status == "success"
     assert response.steps[0].output.startswith("art-tool")
-    assert inst._tool_pool is not None  # the instance's threads, not a pool of the run's
+    assert inst._runtime.has_tool_threads  # the instance's threads, not a pool of the run's
+
+
+async def test_runs_use_the_storage_the_instance_holds_when_they_start(scripted_model, make):
+    # The server wraps an instance's storage after building it (its event journal).
+    inst = make([Add()], model=scripted_model(planning=ADD_PLAN, synthesis="ten"))
+    first, later = inst.storage, MemoryStorage()
+    await later.open()
+    inst.storage = later
+
+    response = await inst.aprocess("go", "t")
+
+    assert response.content == "ten"
+    assert [r.status for r in await later.list_runs("t")] == ["completed"]
+    assert await first.list_runs("t") == []
 
 
 async def test_the_event_log_is_written_while_the_run_waits_for_its_tools(scripted_model, make):

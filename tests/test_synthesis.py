@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import art
+
+# private: the prompt's step lines and the window's split of lengths, each checked alone
 from art.engine.synthesis import (
     SynthesisInput,
     _step_text,

@@ -11,7 +11,7 @@ import pytest
 import trustme
 
 from art.errors import ConfigurationError
-from art.testing._serving import ServerThread
+from art.testing._serving import ServerThread  # private: FakeProvider's server loop; unexported
 from art.tooling.contract import ExecutionContext
 from art.tooling.invocation import invoke_tool
 from art.tooling.registry import ToolRegistry

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -111,10 +111,10 @@ def _secrets_in_force() -> Secrets | None:
     return secrets if secrets else None
 
 
-def _step_values(snapshot: StepSnapshot) -> dict[str, Any]:
+def _step_values(snapshot: StepSnapshot) -> dict[str, object]:
     """The fields of the snapshot's record, with copies of its containers."""
     args, decision = snapshot.args, snapshot.decision
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "step_id": snapshot.step_id,
         "tool": snapshot.tool,
         "status": snapshot.status,
@@ -279,7 +279,7 @@ class MemoryStorage(StorageAdapter):
         return [load_json(Suspension, s.text) for s in stored if s.pending or not pending_only]
 
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: Mapping[str, object]
     ) -> Suspension:
         with self._lock:
             stored = self._suspensions.get(suspension_id)
@@ -441,7 +441,7 @@ class MemoryStorage(StorageAdapter):
             return self._summary(thread_id, thread) if thread and thread.touched else None
 
     async def claim_thread(
-        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+        self, thread_id: str, owner: str | None, metadata: Mapping[str, object] | None = None
     ) -> ThreadSummary:
         text = pydantic_core.to_json(metadata or {}).decode()
         with self._lock:
@@ -453,7 +453,9 @@ class MemoryStorage(StorageAdapter):
                 self._touch(thread)
             return self._summary(thread_id, thread)
 
-    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+    async def update_thread(
+        self, thread_id: str, metadata: dict[str, object]
+    ) -> ThreadSummary | None:
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None or not thread.touched:

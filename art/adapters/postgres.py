@@ -17,16 +17,17 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 from pydantic import TypeAdapter
 
+from art.core.json import JsonObject
 from art.core.redaction import redact
 from art.errors import (
     ConfigurationError,
@@ -164,7 +165,14 @@ _SELECT_THREADS = """
 """
 
 
-def _thread_summary(row: Sequence[Any]) -> ThreadSummary:
+#: A row of _SELECT_THREADS: touched, thread_id, created_at, updated_at, owner, metadata,
+#: runs, the last run's query and status.
+_ThreadRow = tuple[
+    int, str, datetime, datetime, str | None, JsonObject, int, str | None, str | None
+]
+
+
+def _thread_summary(row: _ThreadRow) -> ThreadSummary:
     _, thread_id, created_at, updated_at, owner, metadata, runs, query, status = row
     return ThreadSummary(
         thread_id=thread_id,
@@ -186,7 +194,7 @@ _SELECT_RUNS = """
 """
 
 
-async def fetch_value(cursor: psycopg.AsyncCursor[Any]) -> Any:
+async def fetch_value(cursor: psycopg.AsyncCursor[TupleRow]) -> object:
     """The first column of the row a query that always returns one row gave."""
     row = await cursor.fetchone()
     if row is None:
@@ -194,7 +202,15 @@ async def fetch_value(cursor: psycopg.AsyncCursor[Any]) -> Any:
     return row[0]
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any], target: int = SCHEMA_VERSION) -> int:
+async def _fetch_int(cursor: psycopg.AsyncCursor[TupleRow]) -> int:
+    """The number in the first column of the one row a query returned."""
+    value = await fetch_value(cursor)
+    if not isinstance(value, int):
+        raise StorageError(f"the database returned {value!r} where a number always comes back")
+    return value
+
+
+async def migrate(conn: psycopg.AsyncConnection[TupleRow], target: int = SCHEMA_VERSION) -> int:
     """Bring the database to `target`; return the version found. Safe to run concurrently."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _MIGRATION_LOCK)
@@ -203,7 +219,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any], target: int = SCHEMA_VERSI
             " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
         cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-        found: int = await fetch_value(cursor)
+        found = await _fetch_int(cursor)
         if found > SCHEMA_VERSION:
             raise ConfigurationError(
                 f"the database schema is version {found}, newer than this art understands "
@@ -261,7 +277,7 @@ class PostgresStorage(StorageAdapter):
         self.connect_timeout_s = _connect_timeout(url, connect_timeout_s)
         self._pool: AsyncConnectionPool | None = None
         self._open_lock: asyncio.Lock | None = None
-        self._lease_conn: psycopg.AsyncConnection[Any] | None = None
+        self._lease_conn: psycopg.AsyncConnection[TupleRow] | None = None
         self._lease_lock: asyncio.Lock | None = None
         self._held: set[str] = set()
 
@@ -303,7 +319,7 @@ class PostgresStorage(StorageAdapter):
                 raise self._error(exc) from exc
             self._pool = pool
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+    async def _connect(self) -> psycopg.AsyncConnection[TupleRow]:
         try:
             return await psycopg.AsyncConnection.connect(
                 self.url, autocommit=True, connect_timeout=self.connect_timeout_s
@@ -332,7 +348,7 @@ class PostgresStorage(StorageAdapter):
             await pool.close()
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[TupleRow]]:
         if self._pool is None:
             await self.open()
         assert self._pool is not None
@@ -345,8 +361,7 @@ class PostgresStorage(StorageAdapter):
     async def schema_version(self) -> int:
         async with self._connection() as conn:
             cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-            version: int = await fetch_value(cursor)
-            return version
+            return await _fetch_int(cursor)
 
     # -- runs ---------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> None:
@@ -375,7 +390,7 @@ class PostgresStorage(StorageAdapter):
                     )
             await conn.execute(_TOUCH_THREAD, {"thread_id": run.thread_id, "now": utcnow()})
 
-    async def _select_runs(self, where: str, args: Sequence[Any]) -> list[RunRecord]:
+    async def _select_runs(self, where: str, args: Sequence[object]) -> list[RunRecord]:
         async with self._connection() as conn:
             cursor = await conn.execute(_SELECT_RUNS + where, args)
             return [_load_run(data, steps) for data, steps in await cursor.fetchall()]
@@ -413,7 +428,7 @@ class PostgresStorage(StorageAdapter):
                 await self._insert_message(conn, message)
 
     @staticmethod
-    async def _update_run(conn: Any, run: RunRecord) -> None:
+    async def _update_run(conn: psycopg.AsyncConnection[TupleRow], run: RunRecord) -> None:
         cursor = await conn.execute(
             "UPDATE runs SET status = %s, query = %s, updated_at = %s, data = %s WHERE run_id = %s",
             (
@@ -472,7 +487,7 @@ class PostgresStorage(StorageAdapter):
             return [_load_suspension(*row) for row in await cursor.fetchall()]
 
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: Mapping[str, object]
     ) -> Suspension:
         async with self._connection() as conn:
             # Of two concurrent UPDATEs the second waits for the first's row lock, then
@@ -509,7 +524,9 @@ class PostgresStorage(StorageAdapter):
             await self._insert_message(conn, message)
 
     @staticmethod
-    async def _insert_message(conn: Any, message: ConversationMessage) -> None:
+    async def _insert_message(
+        conn: psycopg.AsyncConnection[TupleRow], message: ConversationMessage
+    ) -> None:
         await conn.execute(
             "INSERT INTO messages (message_id, thread_id, timestamp, data) VALUES (%s, %s, %s, %s)",
             (message.message_id, message.thread_id, _aware(message.timestamp), dump_json(message)),
@@ -582,7 +599,7 @@ class PostgresStorage(StorageAdapter):
         after_seq: int | None = None,
     ) -> list[StoredEvent]:
         where = ["thread_id = %s"]
-        args: list[Any] = [thread_id]
+        args: list[object] = [thread_id]
         if after_seq is not None:
             where.append("seq > %s")
             args.append(after_seq)
@@ -621,7 +638,7 @@ class PostgresStorage(StorageAdapter):
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         where: list[str] = ["true"]
-        args: list[Any] = []  # the query's parameters: text, JSON, the cursor
+        args: list[object] = []  # the query's parameters: text, JSON, the cursor
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < %s")
@@ -651,7 +668,7 @@ class PostgresStorage(StorageAdapter):
         return _thread_summary(row) if row else None
 
     async def claim_thread(
-        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+        self, thread_id: str, owner: str | None, metadata: Mapping[str, object] | None = None
     ) -> ThreadSummary:
         text = json.dumps(metadata or {}, allow_nan=False)
         async with self._connection() as conn, conn.transaction():
@@ -666,7 +683,9 @@ class PostgresStorage(StorageAdapter):
         assert row is not None
         return _thread_summary(row)
 
-    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+    async def update_thread(
+        self, thread_id: str, metadata: dict[str, object]
+    ) -> ThreadSummary | None:
         async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 "SELECT metadata FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
@@ -686,7 +705,7 @@ class PostgresStorage(StorageAdapter):
         return _thread_summary(row)
 
     # -- one worker per thread ----------------------------------------------------
-    async def _lease_connection(self) -> psycopg.AsyncConnection[Any]:
+    async def _lease_connection(self) -> psycopg.AsyncConnection[TupleRow]:
         conn = self._lease_conn
         if conn is None or conn.closed or conn.broken:
             # A new session: whatever the old one held died with it.

@@ -25,7 +25,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -175,7 +175,12 @@ def _json_kind(value: str | int | float | bool | None) -> str:
     return "text" if isinstance(value, str) else "number"
 
 
-def _thread_summary(row: Sequence[Any]) -> ThreadSummary:
+#: A row of _SELECT_THREADS: touched, thread_id, created_at, updated_at, owner, metadata
+#: (JSON text), runs, the last run's query and status.
+_ThreadRow = tuple[int, str, str, str, str | None, str, int, str | None, str | None]
+
+
+def _thread_summary(row: _ThreadRow) -> ThreadSummary:
     _, thread_id, created_at, updated_at, owner, metadata, runs, query, status = row
     return ThreadSummary(
         thread_id=thread_id,
@@ -286,9 +291,10 @@ class _Job:
 
     def __init__(
         self,
-        fn: Callable[[sqlite3.Connection], Any],
+        fn: Callable[[sqlite3.Connection], object],
         write: bool,
         loop: asyncio.AbstractEventLoop | None,
+        # the jobs of one queue return different types: their futures' are erased here
         future: asyncio.Future[Any] | None,
     ) -> None:
         self.fn = fn
@@ -297,7 +303,7 @@ class _Job:
         self.future = future
 
 
-def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
+def _notify(job: _Job, result: object, error: BaseException | None) -> None:
     # A cursor must not leave the connection's thread: when another thread drops it, its
     # finalizer resets the prepared statement while this thread may be running the same
     # cached statement (SQLite then reports "bad parameter or other API misuse"). Jobs
@@ -312,7 +318,9 @@ def _notify(job: _Job, result: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(_settle, job.future, result, error)
 
 
-def _settle(future: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
+def _settle(
+    future: asyncio.Future[Any] | None, result: object, error: BaseException | None
+) -> None:
     if future is None or future.done():  # a cancelled caller: the write itself stands
         return
     if error is not None:
@@ -414,7 +422,7 @@ class _Worker(threading.Thread):
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, writes: list[_Job]) -> None:
-        outcomes: list[tuple[Any, BaseException | None]] = []
+        outcomes: list[tuple[object, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             if len(writes) == 1:
@@ -480,7 +488,7 @@ class _InlineWriter:
         finally:
             self.lock.release()
 
-    def try_statement(self, sql: str, args: Sequence[Any]) -> bool:
+    def try_statement(self, sql: str, args: Sequence[object]) -> bool:
         """Run one statement as its own transaction (autocommit: no BEGIN/COMMIT round
         trips); True once committed, False when the worker must do it."""
         if not self.lock.acquire(blocking=False):
@@ -505,7 +513,7 @@ class _InlineWriter:
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
-def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> None:
+def _execute(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> None:
     """One statement whose cursor stays here (see `_notify`)."""
     conn.execute(sql, args)
 
@@ -661,7 +669,9 @@ class SQLiteStorage(StorageAdapter):
         await self._write(write)
 
     @staticmethod
-    def _load_runs(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[RunRecord]:
+    def _load_runs(
+        conn: sqlite3.Connection, where: str, args: tuple[object, ...]
+    ) -> list[RunRecord]:
         rows = conn.execute(f"SELECT run_id, data FROM runs WHERE {where}", args).fetchall()
         runs = []
         for run_id, data in rows:
@@ -777,7 +787,7 @@ class SQLiteStorage(StorageAdapter):
         return await self._call(read, write=False)
 
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: Mapping[str, object]
     ) -> Suspension:
         decision_json = json.dumps(decision, default=repr)
         decided_at = timestamp_key(utcnow())
@@ -894,7 +904,7 @@ class SQLiteStorage(StorageAdapter):
         after_seq: int | None = None,
     ) -> list[StoredEvent]:
         where = ["thread_id = ?"]
-        args: list[Any] = [thread_id]
+        args: list[object] = [thread_id]
         if after_seq is not None:
             where.append("seq > ?")
             args.append(after_seq)
@@ -934,7 +944,7 @@ class SQLiteStorage(StorageAdapter):
 
     async def _search(self, query: ThreadQuery, limit: int) -> ThreadPage:
         where: list[str] = ["1 = 1"]
-        args: list[Any] = []  # the query's parameters: text, numbers, the cursor
+        args: list[object] = []  # the query's parameters: text, numbers, the cursor
         after = thread_cursor(query.cursor)
         if after is not None:
             where.append("t.touched < ?")
@@ -977,7 +987,7 @@ class SQLiteStorage(StorageAdapter):
         return await self._call(read, write=False)
 
     async def claim_thread(
-        self, thread_id: str, owner: str | None, metadata: dict[str, Any] | None = None
+        self, thread_id: str, owner: str | None, metadata: Mapping[str, object] | None = None
     ) -> ThreadSummary:
         now = timestamp_key(utcnow())
         text = json.dumps(metadata or {}, allow_nan=False)
@@ -994,7 +1004,9 @@ class SQLiteStorage(StorageAdapter):
 
         return await self._write(write)
 
-    async def update_thread(self, thread_id: str, metadata: dict[str, Any]) -> ThreadSummary | None:
+    async def update_thread(
+        self, thread_id: str, metadata: dict[str, object]
+    ) -> ThreadSummary | None:
         now = timestamp_key(utcnow())
 
         def write(conn: sqlite3.Connection) -> ThreadSummary | None:

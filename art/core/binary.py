@@ -11,17 +11,20 @@ describe them (`<binary data: 2,048 bytes, image/png>`).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
-from typing import Annotated, Any
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, TypeAlias
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
+
+from art.core.json import JsonScalar
 
 __all__ = [
     "BYTES_KEY",
     "JSON_SCALARS",
     "JsonData",
     "JsonDict",
+    "JsonWithBytes",
     "bytes_from_json",
     "bytes_to_json",
     "describe_attachments",
@@ -62,7 +65,7 @@ def describe_bytes(data: bytes | bytearray | memoryview, kind: str | None = None
     return f"<binary data: {len(raw):,} bytes, {kind or media_type(raw)}>"
 
 
-def describe_attachments(metadata: Mapping[str, Any]) -> list[str]:
+def describe_attachments(metadata: Mapping[str, object]) -> list[str]:
     """A line per attachment in `metadata["attachments"]`: its name and what it holds."""
     attachments = metadata.get("attachments")
     if not isinstance(attachments, list | tuple):
@@ -84,22 +87,20 @@ def describe_attachments(metadata: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def has_bytes(value: Any) -> bool:
+def has_bytes(value: object) -> bool:
     """Whether `value` holds bytes anywhere in its dicts, lists and tuples."""
-    kind = type(value)
-    if kind in JSON_SCALARS:
+    if type(value) in JSON_SCALARS:
         return False
-    # Exact types first: an ABC isinstance check costs more than the rest of the walk.
-    if kind is dict:
+    # Concrete types first: an ABC isinstance check costs more than the rest of the walk.
+    items: Iterable[object]
+    if isinstance(value, dict):
         items = value.values()
-    elif kind is list or kind is tuple:
+    elif isinstance(value, list | tuple):
         items = value
     elif isinstance(value, _BINARY):
         return True
     elif isinstance(value, Mapping):
         items = value.values()
-    elif isinstance(value, list | tuple):
-        items = value
     else:
         return False
     for item in items:  # noqa: SIM110 - any() over a generator costs a frame per call
@@ -108,7 +109,7 @@ def has_bytes(value: Any) -> bool:
     return False
 
 
-def bytes_to_json(value: Any) -> Any:
+def bytes_to_json(value: object) -> object:
     """`value` with every bytes value replaced by `{"$bytes": base64}`; `value` itself
     when it holds none."""
     if type(value) in JSON_SCALARS or not has_bytes(value):
@@ -116,7 +117,7 @@ def bytes_to_json(value: Any) -> Any:
     return _encoded(value)
 
 
-def _encoded(value: Any) -> Any:
+def _encoded(value: object) -> object:
     if isinstance(value, _BINARY):
         return {BYTES_KEY: base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, Mapping):
@@ -126,19 +127,19 @@ def _encoded(value: Any) -> Any:
     return value
 
 
-def bytes_from_json(value: Any) -> Any:
+def bytes_from_json(value: object) -> object:
     """`value` with every `{"$bytes": base64}` object replaced by the bytes it stands for."""
-    kind = type(value)
-    if kind in JSON_SCALARS:
+    if type(value) in JSON_SCALARS:
         return value
-    if kind is dict:
-        if len(value) == 1 and isinstance(value.get(BYTES_KEY), str):
+    if type(value) is dict:
+        encoded = value.get(BYTES_KEY)
+        if len(value) == 1 and isinstance(encoded, str):
             try:
-                return base64.b64decode(value[BYTES_KEY], validate=True)
+                return base64.b64decode(encoded, validate=True)
             except ValueError:
                 return value  # not ours: an object that happens to use the key
         return {key: bytes_from_json(item) for key, item in value.items()}
-    if kind is list:
+    if type(value) is list:
         return [bytes_from_json(item) for item in value]
     return value
 
@@ -148,7 +149,7 @@ class _BytesInJson:
     JSON output; Python input and output are left as they are, without a Python call."""
 
     def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
+        self, source: object, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         schema = handler(source)
         return core_schema.json_or_python_schema(
@@ -160,6 +161,8 @@ class _BytesInJson:
         )
 
 
+#: JSON data that may hold bytes anywhere: a tool's output or metadata once normalized.
+JsonWithBytes: TypeAlias = "JsonScalar | bytes | list[JsonWithBytes] | dict[str, JsonWithBytes]"
 #: A model field of arbitrary data that may hold bytes: JSON carries them losslessly.
 JsonData = Annotated[Any, _BytesInJson()]
 #: The same for a dict of such data (`ToolResult.metadata`, a step's arguments).

@@ -27,7 +27,7 @@ class ArtModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def builder(model: type[M]) -> Callable[[Mapping[str, Any]], M]:
+def builder(model: type[M]) -> Callable[[Mapping[str, object]], M]:
     """`model(**fields)` as a function of the fields, for the per-step path: the model's own
     validator, which `model(**fields)` runs too, without `__init__`'s Python frame."""
     return model.__pydantic_validator__.validate_python

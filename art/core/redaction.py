@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 __all__ = [
     "MASK",
@@ -105,7 +105,7 @@ _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
 _MIN_SECRET_LENGTH = 6
 
 
-def is_secret_key(key: Any) -> bool:
+def is_secret_key(key: object) -> bool:
     """True for a mapping key whose value should never be shown (api_key, token, password...)."""
     if not isinstance(key, str):
         return False
@@ -113,11 +113,11 @@ def is_secret_key(key: Any) -> bool:
     return normalized not in _NOT_SECRET_KEYS and bool(_SECRET_KEY.search(normalized))
 
 
-def secrets_from_params(params: Mapping[str, Any] | None) -> frozenset[str]:
+def secrets_from_params(params: Mapping[str, object] | None) -> frozenset[str]:
     """The string values of `params` stored under secret-looking keys (nested included)."""
     found: set[str] = set()
 
-    def walk(value: Any, secret: bool) -> None:
+    def walk(value: object, secret: bool) -> None:
         if isinstance(value, Mapping):
             for key, item in value.items():
                 walk(item, secret or is_secret_key(key))
@@ -213,10 +213,9 @@ class Secrets:
         lists and tuples; `value` itself, not a copy, when none holds one."""
         if not self.values:
             return value
-        masked: T = self._mask(value, 0)  # of the same type: only strings change
-        return masked
+        return cast(T, self._mask(value, 0))  # of the same type: only strings change
 
-    def _mask(self, value: Any, depth: int) -> Any:
+    def _mask(self, value: object, depth: int) -> object:
         if isinstance(value, str):
             return self.text(value)
         if depth > 200:
@@ -328,8 +327,8 @@ def redact(value: T, secrets: Iterable[str] | Secrets = ()) -> T:
     when only a part of at least MIN_FRAGMENT characters of it appears.
     """
     extra = secrets.values if isinstance(secrets, Secrets) else secrets
-    redacted: T = _redact(value, known_secrets(extra), 0)  # of the same type
-    return redacted
+    # of the same type, except what could leak whole: an exception becomes its masked text
+    return cast(T, _redact(value, known_secrets(extra), 0))
 
 
 def known_secrets(extra: Iterable[str] = ()) -> Secrets:
@@ -338,7 +337,7 @@ def known_secrets(extra: Iterable[str] = ()) -> Secrets:
     return known | (s for s in extra if isinstance(s, str)) if extra else known
 
 
-def _redact(value: Any, secrets: Secrets, depth: int) -> Any:
+def _redact(value: object, secrets: Secrets, depth: int) -> object:
     if isinstance(value, str):
         return _redact_text(value, secrets)
     if depth > 50:  # pathological nesting: do not recurse further, but never leak

@@ -16,13 +16,16 @@ import enum
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeVar, cast, overload
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from art.core.binary import JSON_SCALARS, describe_bytes, has_bytes
+from art.core.binary import JSON_SCALARS, JsonWithBytes, describe_bytes, has_bytes
+from art.core.json import JsonValue
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
@@ -54,18 +57,19 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 MAX_DATA_DEPTH = 100
 
 
-def storable_problem(value: Any, *, max_depth: int = MAX_DATA_DEPTH) -> str | None:
+def storable_problem(value: object, *, max_depth: int = MAX_DATA_DEPTH) -> str | None:
     """Why JSON data `value` could not be stored and read back equal, or None: nested
     deeper than `max_depth` levels, or holding NaN or an infinite number (JSON has none).
 
     Walks dicts, lists and tuples without recursion, so any depth is measured safely."""
     if type(value) is float:
         return None if math.isfinite(value) else _NOT_FINITE
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[object]
         if isinstance(item, dict):
-            children: Any = item.values()
+            children = item.values()
         elif isinstance(item, list | tuple):
             children = item
         else:
@@ -80,10 +84,10 @@ def storable_problem(value: Any, *, max_depth: int = MAX_DATA_DEPTH) -> str | No
     return None
 
 
-def _has_cycle(value: Any) -> bool:
+def _has_cycle(value: object) -> bool:
     """Whether a dict, list or tuple in `value` holds itself, found without recursion."""
     path: set[int] = set()
-    stack: list[tuple[Any, Iterator[Any] | None]] = [(value, None)]
+    stack: list[tuple[object, Iterator[object] | None]] = [(value, None)]
     while stack:
         item, children = stack[-1]
         if children is None:
@@ -127,21 +131,25 @@ def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match[0]):04x}"
 
 
-def escape_unencodable_data(value: Any) -> Any:
+def escape_unencodable_data(value: T) -> T:
     """`value` with `escape_unencodable` applied to every string in its dicts (keys too),
     lists and tuples; `value` itself, not a copy, when none needed it."""
+    return cast(T, _escaped(value))  # only strings change: each value keeps its type
+
+
+def _escaped(value: object) -> object:
     if isinstance(value, str):
         return escape_unencodable(value)
     if isinstance(value, dict):
         changed = False
         items = []
         for key, item in value.items():
-            new_key, new_item = escape_unencodable_data(key), escape_unencodable_data(item)
+            new_key, new_item = _escaped(key), _escaped(item)
             changed = changed or new_key is not key or new_item is not item
             items.append((new_key, new_item))
         return dict(items) if changed else value
     if isinstance(value, list | tuple):
-        new = [escape_unencodable_data(item) for item in value]
+        new = [_escaped(item) for item in value]
         if all(a is b for a, b in zip(new, value, strict=True)):
             return value
         return tuple(new) if isinstance(value, tuple) else new
@@ -175,7 +183,7 @@ def _marker(cut: int) -> str:
     return f"...[truncated {cut} characters]"
 
 
-def safe_stringify(value: Any, max_length: int = DEFAULT_MAX_LENGTH) -> str:
+def safe_stringify(value: object, max_length: int = DEFAULT_MAX_LENGTH) -> str:
     """Render `value` as text for an LLM prompt, at most `max_length` characters; never raises.
 
     Strings are returned as they are (not JSON-quoted); everything else becomes JSON
@@ -203,7 +211,7 @@ def safe_stringify(value: Any, max_length: int = DEFAULT_MAX_LENGTH) -> str:
 _CONTEXT_VALUE_CHARS = 2_000
 
 
-def context_text(system_context: Mapping[str, Any]) -> str:
+def context_text(system_context: Mapping[str, object]) -> str:
     """A run's system context as a prompt section ("" when empty): a line per variable."""
     if not system_context:
         return ""
@@ -214,7 +222,11 @@ def context_text(system_context: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def to_jsonable(value: Any) -> Any:
+@overload
+def to_jsonable(value: Mapping[str, object]) -> dict[str, JsonWithBytes]: ...
+@overload
+def to_jsonable(value: object) -> JsonWithBytes: ...
+def to_jsonable(value: object) -> JsonWithBytes:
     """`value` as JSON-compatible Python data (dicts, lists, str, numbers, bool, None),
     and bytes, which are kept as they are (`art.core.binary` carries them through JSON).
 
@@ -244,17 +256,18 @@ def to_jsonable(value: Any) -> Any:
     return converted
 
 
-def _jsonable_keeping_bytes(value: Any) -> Any:
+def _jsonable_keeping_bytes(value: object) -> JsonWithBytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     if isinstance(value, Mapping):
         return {str(to_jsonable_python(k)): _jsonable_keeping_bytes(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable_keeping_bytes(item) for item in value]
-    return to_jsonable_python(value)
+    converted: JsonWithBytes = to_jsonable_python(value)
+    return converted
 
 
-def _plain(value: Any, depth: int, active: set[int]) -> Any:
+def _plain(value: object, depth: int, active: set[int]) -> JsonValue:
     """A JSON-dumpable copy of `value`; `active` holds the containers on the current path."""
     if value is None or isinstance(value, bool | str):
         return value
@@ -281,7 +294,7 @@ def _plain(value: Any, depth: int, active: set[int]) -> Any:
         active.discard(key)
 
 
-def _plain_container(value: Any, depth: int, active: set[int]) -> Any:
+def _plain_container(value: object, depth: int, active: set[int]) -> JsonValue:
     if isinstance(value, Mapping):
         return {_key(k): _plain(v, depth, active) for k, v in list(value.items())}
     if isinstance(value, list | tuple):
@@ -308,28 +321,28 @@ def _plain_container(value: Any, depth: int, active: set[int]) -> Any:
     return converted if converted is not value else _safe_repr(value)
 
 
-def _key(key: Any) -> str:
+def _key(key: object) -> str:
     if isinstance(key, str):
         return key
     plain = _plain(key, _MAX_DEPTH - 1, set())
     return plain if isinstance(plain, str) else json.dumps(plain, default=str)
 
 
-def _safe_repr(value: Any) -> str:
+def _safe_repr(value: object) -> str:
     try:
         return truncate(repr(value), _MAX_REPR)
     except Exception:
         return f"<{type(value).__name__} object>"
 
 
-def own_copy(value: Any) -> Any:
+def own_copy(value: T) -> T:
     """A deep copy of `value` that shares nothing mutable with it: dicts and lists copied
     directly (the usual JSON data), JSON scalars shared, any other object by
     `copy.deepcopy`; an object that cannot be copied is returned as it is."""
     if type(value) in JSON_SCALARS:
         return value
     try:
-        return _json_copy(value)
+        return cast(T, _json_copy(value))  # a copy has its original's type
     except RecursionError:  # a container holding itself: deepcopy keeps the cycle
         pass
     except Exception:  # an uncopyable object
@@ -340,10 +353,9 @@ def own_copy(value: Any) -> Any:
         return value
 
 
-def _json_copy(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
+def _json_copy(value: object) -> object:
+    if type(value) is dict:
         return {k: v if type(v) in JSON_SCALARS else _json_copy(v) for k, v in value.items()}
-    if kind is list:
+    if type(value) is list:
         return [v if type(v) in JSON_SCALARS else _json_copy(v) for v in value]
     return copy.deepcopy(value)

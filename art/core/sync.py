@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 __all__ = ["Portal"]
 
@@ -65,13 +65,13 @@ class Portal:
         """Whether the calling thread is the portal's own (its loop is running here)."""
         return self._thread is not None and threading.current_thread() is self._thread
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[object, None, T]) -> concurrent.futures.Future[T]:
         """Start `coro` on the portal's loop; cancelling the future cancels the coroutine.
 
         Await it from another loop with `asyncio.wrap_future`."""
         return asyncio.run_coroutine_threadsafe(coro, self._start())
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[object, None, T]) -> T:
         """Run `coro` on the portal's loop and return its result (or raise its exception)."""
         if self.in_portal:
             coro.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from art.core.models import ArtModel
 
 
@@ -22,8 +20,9 @@ class TokenUsage(ArtModel):
         )
 
     @classmethod
-    def from_provider(cls, usage: Any) -> TokenUsage:
-        """Normalize OpenAI-style (`prompt_tokens`) and Anthropic-style (`input_tokens`) usage."""
+    def from_provider(cls, usage: object) -> TokenUsage:
+        """Normalize OpenAI-style (`prompt_tokens`) and Anthropic-style (`input_tokens`) usage:
+        a dict, a pydantic model or an object whose attributes are the counts."""
         if usage is None:
             return cls()
         if not isinstance(usage, dict):

@@ -15,12 +15,35 @@ from typing import Any
 import networkx as nx
 
 from art.core.spans import new_trace_id
-from art.errors import ForkError
+from art.errors import ForkError, ThreadBusyError
 from art.planning.plans import Plan, validate_plan
-from art.storage.contract import ForkOrigin, RunRecord
+from art.storage.contract import ForkOrigin, RunRecord, StorageAdapter
 from art.tooling.registry import ToolRegistry
 
-__all__ = ["fork_record"]
+__all__ = ["fork_record", "store_fork"]
+
+
+async def store_fork(
+    storage: StorageAdapter,
+    registry: ToolRegistry,
+    thread_id: str,
+    run_id: str,
+    step_id: str,
+    *,
+    args: dict[str, Any] | None = None,
+) -> RunRecord:
+    """Store the fork of run `run_id` of `thread_id` from `step_id` as the thread's active
+    run, ready to be continued. ForkError for an unknown run or step or arguments that make
+    the plan invalid, ThreadBusyError while a run is active on the thread."""
+    source = await storage.get_run(run_id)
+    if source is None or source.thread_id != thread_id:
+        raise ForkError(f"no run {run_id!r} on thread {thread_id!r}", code="FORK_RUN_NOT_FOUND")
+    record = fork_record(source, step_id, registry, args=args)
+    async with storage.lease(thread_id):
+        if await storage.get_active_run(thread_id) is not None:
+            raise ThreadBusyError(thread_id)
+        await storage.create_run(record)
+    return record
 
 
 def fork_record(

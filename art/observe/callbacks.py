@@ -45,7 +45,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from art.core.log import get_logger
 from art.core.usage import TokenUsage
@@ -88,43 +88,45 @@ class AgentCallbacks:
 
     Any of them may be overridden with an `async def`."""
 
-    def on_agent_start(self, ctx: SpanContext, query: str) -> Any:
+    def on_agent_start(self, ctx: SpanContext, query: str) -> object:
         """The run started processing `query`."""
 
-    def on_agent_end(self, ctx: SpanContext, answer: str) -> Any:
+    def on_agent_end(self, ctx: SpanContext, answer: str) -> object:
         """The run ended; `answer` is the final text (empty when it failed)."""
 
-    def on_llm_start(self, ctx: SpanContext, model: str, messages: list[dict[str, Any]]) -> Any:
+    def on_llm_start(
+        self, ctx: SpanContext, model: str, messages: list[dict[str, object]]
+    ) -> object:
         """An LLM call is about to be sent."""
 
-    def on_llm_stream(self, ctx: SpanContext, chunk: str) -> Any:
+    def on_llm_stream(self, ctx: SpanContext, chunk: str) -> object:
         """A streamed chunk of an LLM answer (the synthesis streams)."""
 
-    def on_llm_end(self, ctx: SpanContext, response: str, usage: TokenUsage | None) -> Any:
+    def on_llm_end(self, ctx: SpanContext, response: str, usage: TokenUsage | None) -> object:
         """An LLM call returned `response`."""
 
-    def on_tool_start(self, ctx: SpanContext, tool_name: str, args: dict[str, Any]) -> Any:
+    def on_tool_start(self, ctx: SpanContext, tool_name: str, args: dict[str, object]) -> object:
         """A tool is about to run with `args` (after `tool:before` hooks)."""
 
-    def on_tool_end(self, ctx: SpanContext, tool_name: str, result: ToolResult) -> Any:
+    def on_tool_end(self, ctx: SpanContext, tool_name: str, result: ToolResult) -> object:
         """A tool call ended with `result` (an error result when it failed or was cancelled)."""
 
-    def on_error(self, ctx: SpanContext, error: dict[str, Any]) -> Any:
+    def on_error(self, ctx: SpanContext, error: dict[str, object]) -> object:
         """Something failed; `error` has `message`, and `code`, `source` where known."""
 
-    def on_debug(self, message: str, data: Any = None) -> Any:
+    def on_debug(self, message: str, data: object = None) -> object:
         """Everything else the run reports (plans, step status, suspensions...)."""
 
-    def on_trace(self, message: str, data: Any = None) -> Any:
+    def on_trace(self, message: str, data: object = None) -> object:
         """Every event, token chunks and tool progress included (the most verbose level)."""
 
-    def on_spinner_start(self, message: str) -> Any:
+    def on_spinner_start(self, message: str) -> object:
         """Show (or relabel) a busy indicator: the run is waiting on `message`."""
 
-    def on_spinner_stop(self) -> Any:
+    def on_spinner_stop(self) -> object:
         """Hide the busy indicator."""
 
-    def on_answer_stream(self, stream: AsyncIterator[str]) -> Any:
+    def on_answer_stream(self, stream: AsyncIterator[str]) -> object:
         """The answer is being written: iterate `stream` for its chunks."""
 
 
@@ -163,13 +165,13 @@ class _RunUi:
     spinning: bool = False
     stopped: bool = False
     answer: AnswerStream | None = None
-    readers: list[asyncio.Task[Any]] = field(default_factory=list)
+    readers: list[asyncio.Task[object]] = field(default_factory=list)
 
 
 class CallbackAdapter:
     """Delivers events to an object's callbacks. Attach it with `attach(bus)`."""
 
-    def __init__(self, callbacks: Any) -> None:
+    def __init__(self, callbacks: object) -> None:
         found = [name for name in CALLBACK_NAMES if callable(getattr(callbacks, name, None))]
         if not found:
             raise ConfigurationError(
@@ -192,7 +194,7 @@ class CallbackAdapter:
             self._stop_observing = None
         self._bus = None
 
-    async def _hook(self, data: dict[str, Any], context: EventContext) -> None:
+    async def _hook(self, data: dict[str, object], context: EventContext) -> None:
         try:
             await self.dispatch(context, data)
         except Exception as exc:
@@ -220,7 +222,7 @@ class CallbackAdapter:
                 scope=scope_of(context),
             )
 
-    async def dispatch(self, context: EventContext, data: dict[str, Any]) -> None:
+    async def dispatch(self, context: EventContext, data: dict[str, object]) -> None:
         """Call the callbacks for one event, if the object has them."""
         name, span = context.name, context.span
         if "on_trace" in self._has:
@@ -254,7 +256,7 @@ class CallbackAdapter:
             await self._call("on_debug", name, data)
 
     # -- the UI callbacks -------------------------------------------------------------
-    async def _ui_callbacks(self, context: EventContext, data: dict[str, Any]) -> None:
+    async def _ui_callbacks(self, context: EventContext, data: dict[str, object]) -> None:
         """The UI callbacks an event calls for (before its lifecycle callback)."""
         name, run_id = context.name, context.run_id
         assert run_id is not None
@@ -299,7 +301,7 @@ class CallbackAdapter:
         if ui.answer is not None or "on_answer_stream" not in self._has:
             return
         ui.answer = AnswerStream()
-        returned = self.callbacks.on_answer_stream(ui.answer)
+        returned = self._method("on_answer_stream")(ui.answer)
         if inspect.isawaitable(returned):
             # Awaited at the run's end: awaiting it here would wait for chunks that come
             # only after this event.
@@ -316,12 +318,17 @@ class CallbackAdapter:
                 await self._report(exc, context)
         await self._stop_spinner(ui)
 
-    async def _call(self, method_name: str, *args: Any) -> None:
+    async def _call(self, method_name: str, *args: object) -> None:
         if method_name not in self._has:
             return
-        returned = getattr(self.callbacks, method_name)(*args)
+        returned = self._method(method_name)(*args)
         if inspect.isawaitable(returned):
             await returned
+
+    def _method(self, name: str) -> Callable[..., object]:
+        """The callbacks object's method `name` (one of `self._has`)."""
+        method: Callable[..., object] = getattr(self.callbacks, name)
+        return method
 
 
 _UI_CALLBACKS = frozenset({"on_spinner_start", "on_spinner_stop", "on_answer_stream"})

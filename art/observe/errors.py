@@ -16,8 +16,6 @@ one `error` event, so one `on_error` call, with:
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = ["error_data", "suggestion_for"]
 
 # What to do about each code, in one sentence (seed 004's `suggestion`).
@@ -75,8 +73,8 @@ def error_data(
     step_id: str | None = None,
     event_type: str | None = None,
     suggestion: str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
+    **extra: object,
+) -> dict[str, object]:
     """The `error` event's data for one failure."""
     return {
         "source": source,

@@ -9,9 +9,8 @@ records hold the same facts), so a 1,000-step run stores about 1,000 events.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from art.core.models import ArtModel
 from art.core.serialization import own_copy, safe_stringify, truncate
@@ -44,10 +43,12 @@ _REDACTED_EVENTS = frozenset({"error", "message:after", "session:end"})
 EVENT_BATCH = 256
 _STORED_TEXT_CHARS = 2000
 
-LoggedEvent = tuple[str, dict[str, Any], SpanIds | None, datetime]
+LoggedEvent = tuple[str, dict[str, object], SpanIds | None, datetime]
+#: Masks secrets in an event's stored data (`LLMClient.redact`).
+Redact = Callable[[dict[str, object]], dict[str, object]]
 
 
-def kept_in_log(name: str, data: dict[str, Any]) -> bool:
+def kept_in_log(name: str, data: Mapping[str, object]) -> bool:
     """Whether a logged event is kept: a step's in_progress status and a tool's start and
     end updates are not (the step records hold them)."""
     if name == "step:status":
@@ -57,7 +58,7 @@ def kept_in_log(name: str, data: dict[str, Any]) -> bool:
     return True
 
 
-def _stored_plan(data: dict[str, Any]) -> dict[str, Any]:
+def _stored_plan(data: dict[str, object]) -> dict[str, object]:
     plan = data.get("plan")
     if isinstance(plan, ArtModel):  # logged only (see art.engine.phases)
         # The wire form's keys and values, left as Python values: the event is dumped to
@@ -66,27 +67,34 @@ def _stored_plan(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _stored_prompt(data: dict[str, Any]) -> dict[str, Any]:
-    messages = data.get("messages") or []
+def _stored_prompt(data: dict[str, object]) -> dict[str, object]:
+    messages = data.get("messages")
+    if not isinstance(messages, Sequence):  # a hook's edit of the wrong type
+        messages = []
     return {
         "phase": data.get("phase"),
         "model": data.get("model"),
         "messages": len(messages),
-        "prompt_chars": sum(len(str(m.get("content") or "")) for m in messages),
+        "prompt_chars": sum(len(str(_content(m) or "")) for m in messages),
     }
 
 
-def _stored_reply(data: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(data.get("content"), str):
-        return {**data, "content": truncate(data["content"], _STORED_TEXT_CHARS)}
+def _content(message: object) -> object:
+    return message.get("content") if isinstance(message, Mapping) else None
+
+
+def _stored_reply(data: dict[str, object]) -> dict[str, object]:
+    content = data.get("content")
+    if isinstance(content, str):
+        return {**data, "content": truncate(content, _STORED_TEXT_CHARS)}
     return data
 
 
-def _stored_end(data: dict[str, Any]) -> dict[str, Any]:
+def _stored_end(data: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in data.items() if k != "response"}
 
 
-def _stored_output(data: dict[str, Any]) -> dict[str, Any]:
+def _stored_output(data: dict[str, object]) -> dict[str, object]:
     """A tool's progress output or a step's output as text, cut: the step record keeps it
     whole."""
     if "output" in data:
@@ -96,7 +104,7 @@ def _stored_output(data: dict[str, Any]) -> dict[str, Any]:
 
 # The compact form of an event's data kept in the event log, for the events whose
 # stored data is not their data as emitted; every other event is stored as it is.
-_STORED_DATA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+_STORED_DATA: dict[str, Callable[[dict[str, object]], dict[str, object]]] = {
     "plan:created": _stored_plan,
     "message:before": _stored_prompt,
     "message:after": _stored_reply,
@@ -111,7 +119,7 @@ def stored_events(
     thread_id: str,
     run_id: str,
     trace_id: str,
-    redact: Callable[[Any], Any],
+    redact: Redact,
 ) -> list[EventSnapshot]:
     """A run's logged events (what `RunEvents.drain` returns) as they are stored: compact,
     with secrets masked, each with its span's ids. Plain values, their data the log's own
@@ -163,7 +171,7 @@ class EventLogWriter:
         thread_id: str,
         run_id: str,
         trace_id: str,
-        redact: Callable[[Any], Any],
+        redact: Redact,
     ) -> None:
         self._events = events
         self._storage = storage
@@ -202,5 +210,5 @@ class EventLogWriter:
             await self._storage.append_event_snapshots(stored)
 
 
-def _failed(task: asyncio.Task[Any]) -> bool:
+def _failed(task: asyncio.Task[object]) -> bool:
     return not task.cancelled() and task.exception() is not None

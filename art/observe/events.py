@@ -48,7 +48,7 @@ EVENT_NAMES: frozenset[str] = frozenset(
 )
 ALL_EVENTS = "*"
 
-Hook = Callable[[Any, "EventContext"], Any]
+Hook = Callable[[dict[str, object], "EventContext"], object]
 
 
 class EventContext(ArtModel):
@@ -208,7 +208,7 @@ class EventBus:
     async def emit(
         self,
         name: str,
-        data: dict[str, Any],
+        data: dict[str, object],
         *,
         thread_id: str | None = None,
         run_id: str | None = None,
@@ -216,7 +216,7 @@ class EventBus:
         sinks: Sequence[Callable[[Event], None]] = (),
         scope: RunScope | None = None,
         hooks_only: bool = False,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]:  # llm/client.py passes the edited "messages" on unchecked
         """Run the hooks of `name` and deliver the event; return the (possibly edited) data.
 
         `sinks` receive this one event besides the bus's subscribers (a run's stream);
@@ -350,7 +350,7 @@ class RunEvents:
         *,
         sinks: Sequence[Callable[[Event], None]] = (),
         logged: frozenset[str] | None = None,
-        keep: Callable[[str, dict[str, Any]], bool] | None = None,
+        keep: Callable[[str, dict[str, object]], bool] | None = None,
         scope: RunScope | None = None,
     ) -> None:
         self.bus = bus
@@ -359,7 +359,7 @@ class RunEvents:
         self.logged = logged or frozenset()
         self.keep = keep
         # (name, data, span, timestamp) per logged event; the owner drains it to storage.
-        self.log: list[tuple[str, dict[str, Any], SpanIds | None, datetime]] = []
+        self.log: list[tuple[str, dict[str, object], SpanIds | None, datetime]] = []
         # Answers to wants/listened by event name, valid while the bus has not changed.
         self._wants: dict[str, bool] = {}
         self._listened: dict[str, bool] = {}
@@ -396,12 +396,12 @@ class RunEvents:
     async def emit(
         self,
         name: str,
-        data: dict[str, Any],
+        data: dict[str, object],
         *,
         thread_id: str | None = None,
         run_id: str | None = None,
         span: SpanContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]:  # llm/client.py passes the edited "messages" on unchecked
         """Like `EventBus.emit`; the event also reaches the run's sinks and log."""
         if self.listened(name):
             data = await self.bus.emit(
@@ -419,7 +419,7 @@ class RunEvents:
     def log_only(
         self,
         name: str,
-        data: dict[str, Any],
+        data: dict[str, object],
         span: SpanIds | None,
         timestamp: datetime | None = None,
     ) -> None:
@@ -429,7 +429,7 @@ class RunEvents:
         if name in self.logged and (self.keep is None or self.keep(name, data)):
             self.log.append((name, data, span, timestamp or datetime.now(UTC)))
 
-    def drain(self) -> list[tuple[str, dict[str, Any], SpanIds | None, datetime]]:
+    def drain(self) -> list[tuple[str, dict[str, object], SpanIds | None, datetime]]:
         """The logged events not drained yet, oldest first."""
         taken, self.log = self.log, []
         return taken

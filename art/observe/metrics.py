@@ -21,8 +21,8 @@ The same style as the queue's metrics (`art.queue.metrics`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from art.core.version import __version__
 from art.errors import ConfigurationError
@@ -96,7 +96,7 @@ class RunMetrics:
         self._errors = meter.create_counter(
             "art.errors", unit="{error}", description="failures reported (error events)"
         )
-        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+        self._handlers: dict[str, Callable[[dict[str, object]], None]] = {
             "session:end": self._run_ended,
             "message:after": self._llm_answered,
             "tool:after": self._tool_ended,
@@ -108,38 +108,48 @@ class RunMetrics:
         if handler is not None:
             handler(event.data)
 
-    def _run_ended(self, data: dict[str, Any]) -> None:
-        error = data.get("error") or {}
+    def _run_ended(self, data: dict[str, object]) -> None:
+        error = _mapping(data.get("error"))
         status = str(data.get("status"))
         attributes = {"art.status": status, "art.error_code": str(error.get("code") or "")}
         self._runs.add(1, attributes)
-        duration_ms = data.get("duration_ms")
+        duration_ms = _number(data.get("duration_ms"))
         if duration_ms is not None:
             self._run_duration.record(duration_ms / 1000.0, {"art.status": status})
 
-    def _llm_answered(self, data: dict[str, Any]) -> None:
+    def _llm_answered(self, data: dict[str, object]) -> None:
         attributes = {"art.phase": str(data.get("phase")), "art.model": str(data.get("model"))}
         self._llm_calls.add(1, attributes)
-        if (duration_ms := data.get("duration_ms")) is not None:
+        if (duration_ms := _number(data.get("duration_ms"))) is not None:
             self._llm_duration.record(duration_ms / 1000.0, attributes)
-        usage = data.get("usage") or {}
+        usage = _mapping(data.get("usage"))
         for kind in ("prompt", "completion"):
-            if tokens := usage.get(f"{kind}_tokens"):
+            if tokens := _number(usage.get(f"{kind}_tokens")):
                 self._tokens.add(tokens, {**attributes, "art.token.type": kind})
-        if cost := data.get("cost"):
+        if cost := _number(data.get("cost")):
             self._cost.add(cost, attributes)
 
-    def _tool_ended(self, data: dict[str, Any]) -> None:
+    def _tool_ended(self, data: dict[str, object]) -> None:
         result = data.get("result")
-        status = getattr(result, "status", None) or "error"
+        status = str(getattr(result, "status", None) or "error")
         attributes = {"art.tool": str(data.get("tool")), "art.status": status}
         self._tool_calls.add(1, attributes)
-        if (duration_ms := data.get("duration_ms")) is not None:
+        if (duration_ms := _number(data.get("duration_ms"))) is not None:
             self._tool_duration.record(duration_ms / 1000.0, attributes)
 
-    def _error(self, data: dict[str, Any]) -> None:
+    def _error(self, data: dict[str, object]) -> None:
         attributes = {
             "art.source": str(data.get("source")),
             "art.error_code": str(data.get("code") or ""),
         }
         self._errors.add(1, attributes)
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    """An event's nested record (its error, its usage), or an empty one when absent."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _number(value: object) -> int | float | None:
+    """An event's count, duration or cost; None when absent."""
+    return value if isinstance(value, int | float) else None

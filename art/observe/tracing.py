@@ -16,16 +16,23 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from art.core.serialization import safe_stringify
 from art.core.version import __version__
 from art.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, TracerProvider
+    from contextvars import Token
+    from types import ModuleType
+
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, Span, Tracer, TracerProvider
+    from opentelemetry.trace import SpanContext as OtelSpanContext
+    from opentelemetry.util.types import AttributeValue
 
     from art.core.spans import SpanContext
     from art.observe.events import Event, EventBus
@@ -40,7 +47,7 @@ _UNRECORDED_EVENTS = frozenset({"chunk:before", "chunk:after", "buffer:flush"})
 _REMEMBERED_ENDED_SPANS = 10_000
 
 
-def _require_otel() -> Any:
+def _require_otel() -> ModuleType:
     try:
         from opentelemetry import trace
     except ImportError as exc:
@@ -81,7 +88,7 @@ def enable_tracing(
 class TracingSubscription:
     """What `enable_tracing` returns: `disable()` stops recording new spans."""
 
-    def __init__(self, mapper: SpanMapper, unsubscribe: Any) -> None:
+    def __init__(self, mapper: SpanMapper, unsubscribe: Callable[[], None]) -> None:
         self.mapper = mapper
         self._unsubscribe = unsubscribe
 
@@ -99,13 +106,13 @@ class _Entry:
     run_id: str | None
     ended: bool = False
     children: list[str] = field(default_factory=list)
-    context_token: Any = None
+    context_token: Token[Context] | None = None
 
 
 class SpanMapper:
     """Turns a stream of art events into OTel spans. Thread-safe; never raises into a run."""
 
-    def __init__(self, tracer: Any, *, capture_content: bool = False) -> None:
+    def __init__(self, tracer: Tracer, *, capture_content: bool = False) -> None:
         self._trace = _require_otel()
         self._tracer = tracer
         self._capture_content = capture_content
@@ -114,7 +121,7 @@ class SpanMapper:
         self._run_span_ids: dict[str, str] = {}  # art run_id -> key of its run span
         self._plan_keys: dict[str, str] = {}  # run key -> key of its open plan span
         # Ended spans' OTel contexts, so a late child (after a resume) keeps its parent.
-        self._ended: OrderedDict[str, Any] = OrderedDict()
+        self._ended: OrderedDict[str, OtelSpanContext] = OrderedDict()
 
     # -- entry point --------------------------------------------------------------
     def handle(self, event: Event) -> None:
@@ -136,15 +143,16 @@ class SpanMapper:
             self._plan_keys.clear()
 
     # -- run ----------------------------------------------------------------------
-    def _on_session_start(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_session_start(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         attributes: dict[str, str | bool] = {
             "art.thread_id": event.thread_id or "",
             "art.run_id": event.run_id or "",
             "art.trace_id": span.trace_id,
         }
-        if self._capture_content and isinstance(data.get("query"), str):
-            attributes["art.query"] = data["query"]
-        links: list[Any] = []
+        query = data.get("query")
+        if self._capture_content and isinstance(query, str):
+            attributes["art.query"] = query
+        links: list[Link] = []
         if data.get("resumed") or data.get("suspension_id"):
             attributes["art.resumed"] = True
         first = _span_context_of(data.get("trace_parent"))
@@ -158,7 +166,7 @@ class SpanMapper:
         # later parts, and spans the application opens during the run nest under it.
         self._make_current(key)
 
-    def _on_session_end(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_session_end(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         key = self._run_key(event, span)
         if key is None:
             return
@@ -204,13 +212,13 @@ class SpanMapper:
         self._plan_keys[run_key] = plan_key
         return plan_key
 
-    def _on_plan_created(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_plan_created(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         self._close_plan(event, span, data)
 
-    def _on_plan_updated(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_plan_updated(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         self._close_plan(event, span, data)
 
-    def _close_plan(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _close_plan(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         plan = data.get("plan")
         if not isinstance(plan, dict):
             plan = {}
@@ -232,23 +240,21 @@ class SpanMapper:
             self._add_event(event, {"art.plan.steps": len(steps) if steps else 0})
 
     # -- steps --------------------------------------------------------------------
-    def _on_step_status(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_step_status(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         status = str(data.get("status") or "")
         step_id = str(data.get("step_id") or "")
         key = self._own_key(span, "step", f"step:{event.run_id}:{step_id}")
         entry = self._entries.get(key)
         if status == "in_progress":
             if entry is not None and not entry.ended:
-                entry.span.add_event(
-                    "art.step.retry", {"art.attempt": int(data.get("attempt") or 1)}
-                )
+                entry.span.add_event("art.step.retry", {"art.attempt": _attempt(data) or 1})
                 return
             attributes: dict[str, str | int] = {
                 "art.step_id": step_id,
                 "art.tool": str(data.get("tool") or ""),
             }
-            if data.get("attempt"):
-                attributes["art.attempt"] = int(data["attempt"])
+            if attempt := _attempt(data):
+                attributes["art.attempt"] = attempt
             self._open_at(key, "step", f"art.step {step_id}", event, span, attributes)
         elif status in _TERMINAL_STEP_STATUSES:
             if entry is None or entry.ended:
@@ -266,7 +272,7 @@ class SpanMapper:
             self._add_event(event)
 
     # -- tools --------------------------------------------------------------------
-    def _on_tool_update(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_tool_update(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         if data.get("reasoning"):
             return  # a reasoning step's block: its LLM call has the span
         stage = data.get("stage")
@@ -274,7 +280,7 @@ class SpanMapper:
         key = self._own_key(span, "tool", f"tool:{call_id or span.span_id}")
         tool = str(data.get("tool") or data.get("name") or "")
         if stage == "start":
-            attributes: dict[str, Any] = {
+            attributes: dict[str, AttributeValue] = {
                 "art.tool": tool,
                 "art.call_id": call_id,
                 "art.step_id": str(data.get("step_id") or ""),
@@ -306,7 +312,7 @@ class SpanMapper:
                 entry.span.add_event("art.tool.update", attrs, timestamp=_ns(event.timestamp))
 
     # -- LLM calls ----------------------------------------------------------------
-    def _on_message_before(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_message_before(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         phase = str(data.get("phase") or "")
         model = str(data.get("model") or "")
         key = self._own_key(span, "llm", f"llm:{span.span_id}:{data.get('call_id', '')}")
@@ -322,7 +328,7 @@ class SpanMapper:
         self._open_at(key, "llm", name, event, span, attributes, parent_key=parent_key)
         self._make_current(key)
 
-    def _on_message_after(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_message_after(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         key = self._own_key(span, "llm", f"llm:{span.span_id}:{data.get('call_id', '')}")
         entry = self._entries.get(key)
         if entry is None or entry.ended:
@@ -345,7 +351,7 @@ class SpanMapper:
         self._end(key, event.timestamp)
 
     # -- errors and everything else ----------------------------------------------
-    def _on_error(self, event: Event, span: SpanContext, data: dict[str, Any]) -> None:
+    def _on_error(self, event: Event, span: SpanContext, data: dict[str, object]) -> None:
         entry = self._entries.get(span.span_id)
         message = _error_text(data) or "error"
         if entry is not None and not entry.ended:
@@ -358,7 +364,9 @@ class SpanMapper:
             if entry.kind == "llm":  # a failed call gets no message:after
                 self._end(span.span_id, event.timestamp)
 
-    def _add_event(self, event: Event, attributes: dict[str, Any] | None = None) -> None:
+    def _add_event(
+        self, event: Event, attributes: Mapping[str, AttributeValue] | None = None
+    ) -> None:
         span = event.span
         entry = self._entries.get(span.span_id) if span else None
         if entry is None or entry.ended:
@@ -396,7 +404,7 @@ class SpanMapper:
         name: str,
         event: Event,
         span: SpanContext,
-        attributes: dict[str, Any],
+        attributes: Mapping[str, AttributeValue | None],
         parent_key: str | None = None,
     ) -> None:
         if parent_key is None and key != span.span_id:
@@ -410,10 +418,10 @@ class SpanMapper:
         name: str,
         event: Event,
         span: SpanContext,
-        attributes: dict[str, Any],
+        attributes: Mapping[str, AttributeValue | None],
         *,
         parent_key: str | None,
-        links: list[Any] | None = None,
+        links: list[Link] | None = None,
     ) -> None:
         trace = self._trace
         parent_id = parent_key or span.parent_span_id
@@ -428,11 +436,10 @@ class SpanMapper:
             )
         else:
             context = None  # the caller's current context: a request span, or a new trace
-        attributes = {k: v for k, v in attributes.items() if v is not None}
         otel_span = self._tracer.start_span(
             name,
             context=context,
-            attributes=attributes,
+            attributes={k: v for k, v in attributes.items() if v is not None},
             start_time=_ns(event.timestamp),
             links=links or None,
         )
@@ -479,14 +486,14 @@ class SpanMapper:
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
 
 
-def _reset_quietly(token: Any) -> None:
+def _reset_quietly(token: Token[Context]) -> None:
     # A token can only be reset in the context that created it; an end event emitted from
     # another task leaves that task's context as it was, which is harmless.
     with contextlib.suppress(AttributeError, ValueError, RuntimeError):
         token.var.reset(token)
 
 
-def _span_context_of(traceparent: object) -> Any:
+def _span_context_of(traceparent: object) -> OtelSpanContext | None:
     """The remote OTel SpanContext a W3C traceparent names, or None if it is not one."""
     if not isinstance(traceparent, str):
         return None
@@ -501,18 +508,19 @@ def _span_context_of(traceparent: object) -> Any:
     context = trace.SpanContext(
         trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags)
     )
-    return context if context.is_valid else None
+    valid: bool = context.is_valid
+    return context if valid else None
 
 
 def _ns(timestamp: datetime) -> int:
     return int(timestamp.timestamp() * 1_000_000_000)
 
 
-def _first(data: dict[str, Any], name: str) -> Any:
+def _first(data: object, name: str) -> object:
     return data.get(name) if isinstance(data, dict) else None
 
 
-def _error_text(data: dict[str, Any]) -> str:
+def _error_text(data: Mapping[str, object]) -> str:
     error = data.get("error")
     if isinstance(error, dict):
         code, message = error.get("code"), error.get("message")
@@ -520,5 +528,11 @@ def _error_text(data: dict[str, Any]) -> str:
     return str(error or data.get("message") or "")
 
 
-def _short_json(value: Any, limit: int = 2000) -> str:
+def _short_json(value: object, limit: int = 2000) -> str:
     return safe_stringify(value, max_length=limit)
+
+
+def _attempt(data: Mapping[str, object]) -> int | None:
+    """A step status's attempt number, when it has one."""
+    attempt = data.get("attempt")
+    return int(attempt) if isinstance(attempt, int | float | str) and attempt else None

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from art.core.json import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from art.tooling.contract import ToolSchema
@@ -29,7 +31,7 @@ _COMBINATORS = ("anyOf", "oneOf", "allOf")
 
 #: A blocking step's output: the reviewer's decision (art.engine.suspension.Decision, which
 #: keeps any further fields a reviewer sends).
-DECISION_SCHEMA: dict[str, Any] = {
+DECISION_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "approved": {"type": "boolean"},
@@ -40,7 +42,7 @@ DECISION_SCHEMA: dict[str, Any] = {
 }
 
 
-def step_output_schema(tool: ToolSchema) -> Mapping[str, Any] | None:
+def step_output_schema(tool: ToolSchema) -> Mapping[str, object] | None:
     """The schema of what a step of `tool` outputs: a blocking tool's step outputs the
     reviewer's decision (unless the tool runs on approval), any other the tool's
     declared `output_schema` (or None)."""
@@ -49,12 +51,12 @@ def step_output_schema(tool: ToolSchema) -> Mapping[str, Any] | None:
     return tool.output_schema
 
 
-def output_sketch(schema: Mapping[str, Any]) -> Any:
+def output_sketch(schema: Mapping[str, object]) -> JsonValue:
     """The compact form of an output schema (see the module docstring)."""
     return _sketch(schema, schema, 0)
 
 
-def _sketch(schema: Any, root: Mapping[str, Any], depth: int) -> Any:
+def _sketch(schema: object, root: Mapping[str, object], depth: int) -> JsonValue:
     schema = _resolved(schema, root)
     if not isinstance(schema, Mapping):
         return "any"
@@ -66,10 +68,12 @@ def _sketch(schema: Any, root: Mapping[str, Any], depth: int) -> Any:
         branches = schema.get(keyword)
         if isinstance(branches, list) and branches:
             sketches = [_sketch(branch, root, depth) for branch in branches]
-            if keyword == "allOf" and all(isinstance(s, dict) for s in sketches):
-                return {k: v for sketch in sketches for k, v in sketch.items()}
-            if all(isinstance(s, str) for s in sketches):
-                return "|".join(dict.fromkeys(sketches))
+            objects = [s for s in sketches if isinstance(s, dict)]
+            if keyword == "allOf" and len(objects) == len(sketches):
+                return {k: v for sketch in objects for k, v in sketch.items()}
+            names = [s for s in sketches if isinstance(s, str)]
+            if len(names) == len(sketches):
+                return "|".join(dict.fromkeys(names))
             return sketches[0] if len(sketches) == 1 else {"anyOf": sketches}
     types = _types(schema)
     properties = schema.get("properties")
@@ -77,7 +81,9 @@ def _sketch(schema: Any, root: Mapping[str, Any], depth: int) -> Any:
         if depth >= _SKETCH_DEPTH:
             return "object"
         shown = dict(list(properties.items())[:_SKETCH_FIELDS])
-        sketch = {str(name): _sketch(sub, root, depth + 1) for name, sub in shown.items()}
+        sketch: JsonObject = {
+            str(name): _sketch(sub, root, depth + 1) for name, sub in shown.items()
+        }
         if len(properties) > _SKETCH_FIELDS:
             sketch["..."] = f"{len(properties) - _SKETCH_FIELDS} more fields"
         return sketch
@@ -89,14 +95,14 @@ def _sketch(schema: Any, root: Mapping[str, Any], depth: int) -> Any:
     return "|".join(types) if types else "any"
 
 
-def output_path_problem(schema: Mapping[str, Any], path: Sequence[str]) -> str | None:
+def output_path_problem(schema: Mapping[str, object], path: Sequence[str]) -> str | None:
     """Why `path` cannot be in an output that follows `schema`, or None when it can (or
     the schema cannot tell)."""
     return _path_problem(schema, schema, tuple(path), ())
 
 
 def _path_problem(
-    schema: Any, root: Mapping[str, Any], path: tuple[str, ...], walked: tuple[str, ...]
+    schema: object, root: Mapping[str, object], path: tuple[str, ...], walked: tuple[str, ...]
 ) -> str | None:
     for depth, segment in enumerate(path):
         schema = _resolved(schema, root)
@@ -149,7 +155,7 @@ def _where(walked: tuple[str, ...]) -> str:
     return ".".join(("output", *walked))
 
 
-def _types(schema: Mapping[str, Any]) -> list[str]:
+def _types(schema: Mapping[str, object]) -> list[str]:
     kind = schema.get("type")
     if isinstance(kind, str):
         return [kind]
@@ -158,7 +164,7 @@ def _types(schema: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _resolved(schema: Any, root: Mapping[str, Any]) -> Any:
+def _resolved(schema: object, root: Mapping[str, object]) -> object:
     """`schema` with a local `$ref` (`#/$defs/...`) followed, a few levels deep."""
     for _ in range(8):
         if not isinstance(schema, Mapping) or not isinstance(schema.get("$ref"), str):
@@ -166,7 +172,7 @@ def _resolved(schema: Any, root: Mapping[str, Any]) -> Any:
         reference = schema["$ref"]
         if not reference.startswith("#/"):
             return None  # elsewhere: cannot tell
-        target: Any = root
+        target: object = root
         for part in reference[2:].split("/"):
             part = part.replace("~1", "/").replace("~0", "~")
             target = target.get(part) if isinstance(target, Mapping) else None
@@ -181,5 +187,5 @@ def _matches(pattern: str, name: str) -> bool:
         return False
 
 
-def _literal(value: Any) -> str:
+def _literal(value: object) -> str:
     return value if isinstance(value, str) else repr(value)

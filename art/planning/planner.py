@@ -18,12 +18,13 @@ import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from pydantic_core import from_json
 
 from art.config import ExecutionConfig, Persona
+from art.core.json import JsonObject, JsonValue
 from art.core.log import get_logger
 from art.core.serialization import context_text, escape_unencodable_data, safe_stringify
 from art.errors import PlanError
@@ -66,11 +67,11 @@ log = get_logger(__name__)
 _LABEL_CHARS = 80
 
 
-def _label() -> dict[str, Any]:
+def _label() -> JsonObject:
     return {"type": "string", "maxLength": _LABEL_CHARS}
 
 
-PLAN_JSON_SCHEMA: dict[str, Any] = {
+PLAN_JSON_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "intent": _label(),
@@ -110,19 +111,19 @@ def _reference(steps: str, path: str = _PATH) -> str:
     return r"\{\{(" + steps + r")[.]output" + path + r"\}\}"
 
 
-def _whole_reference(steps: str, path: str) -> dict[str, Any]:
+def _whole_reference(steps: str, path: str) -> JsonObject:
     """A string that is exactly one reference: it keeps the referenced value's type."""
     return {"type": "string", "pattern": "^" + _reference(steps, path) + "$"}
 
 
 def _argument_value_schema(
-    schema: Any,
+    schema: object,
     steps: str | None = _ANY_STEP,
     path: str = _PATH,
     *,
     strict: bool = False,
     numbers: Collection[str] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """What a constrained decoder may write for one argument: the tool's type (with its
     enum, bounds, item and property types), or, where `steps` can be referenced, a
     `{{sN.output}}` reference standing for the whole value.
@@ -144,18 +145,18 @@ def _argument_value_schema(
     return {"anyOf": [typed, _whole_reference(steps, path)]}
 
 
-def _is_plain_string(schema: Mapping[str, Any]) -> bool:
+def _is_plain_string(schema: Mapping[str, JsonValue]) -> bool:
     return schema.get("type") == "string" and not ({"enum", "const", "pattern"} & schema.keys())
 
 
 def _typed_value_schema(
-    schema: Mapping[str, Any],
+    schema: Mapping[str, JsonValue],
     steps: str | None,
     path: str,
     *,
     strict: bool,
     numbers: Collection[str] | None = None,
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     if {"$ref", "anyOf", "oneOf", "allOf", "not"} & schema.keys():
         return None
     if "enum" in schema or "const" in schema:
@@ -200,7 +201,7 @@ def _typed_value_schema(
         return {"type": "string", "pattern": f"^{inline}{{{least},{_STRICT_STRING_CHARS}}}$"}
     if kind == "array":
         items = schema.get("items")
-        shown: dict[str, Any] = {"type": "array"}
+        shown: JsonObject = {"type": "array"}
         if isinstance(items, Mapping):
             shown["items"] = _argument_value_schema(
                 items, steps, path, strict=strict, numbers=numbers
@@ -212,13 +213,13 @@ def _typed_value_schema(
 
 
 def _arguments_schema(
-    input_schema: Mapping[str, Any],
+    input_schema: Mapping[str, JsonValue],
     steps: str | None = _ANY_STEP,
     path: str = _PATH,
     *,
     strict: bool = False,
     numbers: Collection[str] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The argument names a tool declares, each with its type; any names when it
     explicitly allows more."""
     properties = input_schema.get("properties")
@@ -227,7 +228,12 @@ def _arguments_schema(
         False,
     ):
         return {"type": "object"}
-    required = [name for name in input_schema.get("required", ()) if name in properties]
+    declared = input_schema.get("required", ())
+    required: list[JsonValue] = (
+        [name for name in declared if name in properties]
+        if isinstance(declared, list | tuple)
+        else []
+    )
     return {
         "type": "object",
         "properties": {
@@ -240,12 +246,12 @@ def _arguments_schema(
 
 
 def _step_schema(
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    step_id: dict[str, Any] | None = None,
-    depends_on: dict[str, Any] | None = None,
-    description: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    tool: JsonObject,
+    args: JsonObject,
+    step_id: JsonObject | None = None,
+    depends_on: JsonObject | None = None,
+    description: JsonObject | None = None,
+) -> JsonObject:
     # Every key required, in this order: constrained decoders write required keys first,
     # so an optional description would come after the arguments, where small models ramble.
     return {
@@ -267,13 +273,13 @@ def _step_variants(
     steps: str | None = _ANY_STEP,
     path: str = _PATH,
     *,
-    step_id: dict[str, Any] | None = None,
-    depends_on: dict[str, Any] | None = None,
-    description: dict[str, Any] | None = None,
+    step_id: JsonObject | None = None,
+    depends_on: JsonObject | None = None,
+    description: JsonObject | None = None,
     strict: bool = False,
     numbers: Collection[str] | None = None,
-) -> dict[str, Any]:
-    variants = [
+) -> JsonObject:
+    variants: list[JsonObject] = [
         _step_schema(
             {"const": schema.name},
             _arguments_schema(
@@ -285,11 +291,11 @@ def _step_variants(
         )
         for schema in registry.schemas()
     ]
-    reasoning_args: dict[str, Any] = {"const": {}} if strict else {"type": "object"}
+    reasoning_args: JsonObject = {"const": {}} if strict else {"type": "object"}
     variants.append(
         _step_schema({"type": "null"}, reasoning_args, step_id, depends_on, description)
     )
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+    return variants[0] if len(variants) == 1 else {"anyOf": [*variants]}
 
 
 def plan_json_schema(
@@ -298,7 +304,7 @@ def plan_json_schema(
     max_steps: int | None = None,
     descriptions: Sequence[str] = (),
     numbers: Collection[str] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The plan schema for the tools in `registry`: one step shape per tool.
 
     A step names a registered tool (or null, a reasoning step) and writes that tool's
@@ -320,11 +326,12 @@ def plan_json_schema(
     """
     asked = [set(numbers_in(question)) for question in descriptions]
     if max_steps is None:
-        steps: dict[str, Any] = {"type": "array", "items": _step_variants(registry)}
+        steps: JsonObject = {"type": "array", "items": _step_variants(registry)}
     else:
-        positions = []
+        positions: list[JsonValue] = []
         for index in range(1, max_steps + 1):
             earlier = [f"s{n}" for n in range(1, index)]
+            allowed: list[JsonValue] = list(earlier)
             positions.append(
                 _step_variants(
                     registry,
@@ -337,7 +344,7 @@ def plan_json_schema(
                         else None
                     ),
                     depends_on=(
-                        {"type": "array", "items": {"enum": earlier}, "maxItems": len(earlier)}
+                        {"type": "array", "items": {"enum": allowed}, "maxItems": len(earlier)}
                         if earlier
                         else {"const": []}
                     ),
@@ -390,18 +397,19 @@ def _by_length(numbers: Collection[str]) -> list[str]:
     return sorted(set(numbers), key=lambda n: (-len(n), n))
 
 
-def _numbers_within(schema: Mapping[str, Any], numbers: Collection[str]) -> list[int | float]:
+def _numbers_within(schema: Mapping[str, JsonValue], numbers: Collection[str]) -> list[JsonValue]:
     """The stated `numbers` and single digits that `schema` (number or integer, with its
     bounds) accepts, as JSON numbers."""
-    values: list[int | float] = []
+    minimum, maximum = schema.get("minimum"), schema.get("maximum")
+    values: list[JsonValue] = []
     for written in [*_by_length(numbers), *map(str, range(10))]:
         plain = written.replace(",", "")
         value: int | float = float(plain) if "." in plain else int(plain)
         if schema.get("type") == "integer" and isinstance(value, float):
             continue
-        if "minimum" in schema and value < schema["minimum"]:
+        if isinstance(minimum, int | float) and value < minimum:
             continue
-        if "maximum" in schema and value > schema["maximum"]:
+        if isinstance(maximum, int | float) and value > maximum:
             continue
         if value not in values:
             values.append(value)
@@ -414,7 +422,7 @@ def plan_response_format(
     max_steps: int | None = None,
     descriptions: Sequence[str] = (),
     numbers: Collection[str] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The `response_format` of a planning call over the tools in `registry` (positional
     with `max_steps`, see `plan_json_schema`)."""
     schema = plan_json_schema(
@@ -475,21 +483,26 @@ when real judgment is needed, never to write the final answer.
 # -- prompt -------------------------------------------------------------------------------
 
 
-def _compact_schema(value: Any, noise: frozenset[str] = _SCHEMA_NOISE) -> Any:
+def _compact_schema(value: JsonValue, noise: frozenset[str] = _SCHEMA_NOISE) -> JsonValue:
     """The schema without keywords in `noise` (property names are kept, whatever they are)."""
     if isinstance(value, Mapping):
-        compact: dict[str, Any] = {}
-        for key, item in value.items():
-            if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(
-                item, Mapping
-            ):
-                compact[key] = {name: _compact_schema(sub, noise) for name, sub in item.items()}
-            elif key not in noise:
-                compact[key] = _compact_schema(item, noise)
-        return compact
+        return _compact_object(value, noise)
     if isinstance(value, list):
         return [_compact_schema(item, noise) for item in value]
     return value
+
+
+def _compact_object(value: Mapping[str, JsonValue], noise: frozenset[str]) -> JsonObject:
+    """`_compact_schema` of a schema object."""
+    compact: JsonObject = {}
+    for key, item in value.items():
+        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(
+            item, Mapping
+        ):
+            compact[key] = {name: _compact_schema(sub, noise) for name, sub in item.items()}
+        elif key not in noise:
+            compact[key] = _compact_schema(item, noise)
+    return compact
 
 
 def _short(description: str) -> str:
@@ -498,7 +511,7 @@ def _short(description: str) -> str:
     return _clip(first, _SHORT_DESCRIPTION_CHARS)
 
 
-def _compact_json(value: Any) -> str:
+def _compact_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
@@ -524,13 +537,13 @@ def render_tools(registry: ToolRegistry, *, compact: bool = False) -> str:
         note = _ON_APPROVAL_NOTE if schema.runs_on_approval else _MODE_NOTES.get(schema.mode, "")
         lines.append(f"- {schema.name}: {description}{note}")
         noise = _COMPACT_NOISE if compact else _SCHEMA_NOISE
-        parameters = _compact_schema(schema.input_schema or {}, noise)
+        parameters = _compact_object(schema.input_schema or {}, noise)
         properties = parameters.get("properties") or {}
-        required = parameters.get("required") or []
+        required = parameters.get("required")
         extra = {k: v for k, v in parameters.items() if k not in ("type", "properties", "required")}
         args = _compact_json(properties) if properties else "{}"
         line = f"  args: {args}"
-        if required:
+        if isinstance(required, list | tuple) and required:
             line += f"; required: {', '.join(str(r) for r in required)}"
         if extra:
             line += f"; schema: {_compact_json(extra)}"
@@ -563,7 +576,7 @@ def _system_prompt(
     persona: Persona | None,
     now: datetime | None,
     compact: bool = False,
-    context: Mapping[str, Any] | None = None,
+    context: Mapping[str, object] | None = None,
 ) -> str:
     persona = persona or Persona()
     today = (now or datetime.now(UTC)).strftime("%Y-%m-%d")
@@ -599,7 +612,7 @@ def _likeness(query_words: set[str], schema: ToolSchema, example: ToolExample) -
     return len(query_words & _words(text))
 
 
-def render_demonstrations(registry: ToolRegistry, query: str = "") -> list[dict[str, Any]]:
+def render_demonstrations(registry: ToolRegistry, query: str = "") -> list[dict[str, str]]:
     """Worked examples as chat turns: a request, then the one-step plan that answers it.
 
     Built from the tools' examples that have a description (the request they answer)
@@ -621,7 +634,7 @@ def render_demonstrations(registry: ToolRegistry, query: str = "") -> list[dict[
             # Ties keep registration order: an earlier tool comes later, nearer the query.
             candidates.append((score, -position, schema, example))
     candidates.sort(key=lambda item: (item[0], item[1]))
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, str]] = []
     for _score, _position, schema, example in candidates[-_DEMONSTRATIONS:]:
         messages += _demonstration([(schema, example)])
     asked = questions(query)
@@ -675,7 +688,7 @@ def _request_text(request: str) -> str:
     return f"Request: {request}\nSteps:\n{listed}"
 
 
-def _demonstration(examples: Sequence[tuple[ToolSchema, ToolExample]]) -> list[dict[str, Any]]:
+def _demonstration(examples: Sequence[tuple[ToolSchema, ToolExample]]) -> list[dict[str, str]]:
     """A request made of the examples' requests, and the plan of one step per example."""
     requests = [" ".join((example.description or "").split()) for _, example in examples]
     request = requests[0]
@@ -713,8 +726,8 @@ def render_planning_messages(
     *,
     now: datetime | None = None,
     compact: bool = False,
-    context: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+    context: Mapping[str, object] | None = None,
+) -> list[dict[str, str]]:
     """The messages of the planning call: instructions and tools, the demonstrations
     (see `render_demonstrations`), then the request.
 
@@ -739,7 +752,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _stringify(value: Any, max_length: int) -> str:
+def _stringify(value: object, max_length: int) -> str:
     return safe_stringify(value, max_length=max_length)
 
 
@@ -754,8 +767,8 @@ def render_replan_messages(
     max_output_length: int = 60_000,
     now: datetime | None = None,
     compact: bool = False,
-    context: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+    context: Mapping[str, object] | None = None,
+) -> list[dict[str, str]]:
     """The messages of the replanning call: the request, what finished, what failed."""
     steps = {step.id: step for step in previous.steps}
     finished, failed, not_run = [], [], []
@@ -871,7 +884,7 @@ def _nesting_depth(text: str) -> int:
     return deepest
 
 
-def _loads(candidate: str) -> Any:
+def _loads(candidate: str) -> object:
     """The JSON value in `candidate`, repaired if needed; None or _TOO_DEEP when hopeless."""
     try:
         # pydantic-core's parser is faster than json's; it refuses a few texts json reads
@@ -915,7 +928,7 @@ def _may_hold_surrogates(text: str) -> bool:
     return False
 
 
-def _plan_object(value: Any) -> dict[str, Any] | None:
+def _plan_object(value: object) -> JsonObject | None:
     if isinstance(value, dict):
         if "steps" in value:
             return value
@@ -925,7 +938,7 @@ def _plan_object(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _describe(value: Any) -> str:
+def _describe(value: object) -> str:
     if value is None or value == "":
         return "no JSON at all"
     if isinstance(value, dict):
@@ -936,14 +949,14 @@ def _describe(value: Any) -> str:
     return f"the JSON value {_clip(repr(value), 60)}"
 
 
-def extract_plan_data(text: str) -> tuple[dict[str, Any] | None, list[str]]:
+def extract_plan_data(text: str) -> tuple[JsonObject | None, list[str]]:
     """The plan object in an LLM reply, or None and the problem that says why not."""
     if not text or not text.strip():
         return None, ["the reply was empty; expected a JSON plan object"]
     answer = _strip_thinking(text)
     if not answer:
         return None, ["the reply had only thinking, no JSON plan object after it"]
-    first_value: Any = None
+    first_value: object = None
     too_deep = False
     for candidate in _candidates(answer):
         value = _loads(candidate)
@@ -966,7 +979,7 @@ def extract_plan_data(text: str) -> tuple[dict[str, Any] | None, list[str]]:
     ]
 
 
-def _validation_problems(error: ValidationError, data: Mapping[str, Any]) -> list[str]:
+def _validation_problems(error: ValidationError, data: Mapping[str, object]) -> list[str]:
     problems = []
     for item in error.errors()[:_PROBLEMS_SHOWN]:
         location = ""
@@ -1049,12 +1062,12 @@ class Planner:
         # None: ask litellm's model map on the first call.
         self._structured: bool | None = structured_output
         # (tool names, response_format): rebuilt only when tools are registered.
-        self._format: tuple[tuple[str, ...], dict[str, Any]] | None = None
-        self._window: Any = _UNKNOWN
+        self._format: tuple[tuple[str, ...], JsonObject] | None = None
+        self._window: int | object | None = _UNKNOWN
 
     def _response_format(
         self, query: str | None = None, history: Sequence[ConversationMessage] = ()
-    ) -> dict[str, Any] | None:
+    ) -> JsonObject | None:
         """The planning call's schema; `query` (and the thread's `history`) is given for
         a first plan (not a replan, whose steps follow finished ones)."""
         if self._structured is None:
@@ -1100,8 +1113,8 @@ class Planner:
 
     def _planning_messages(
         self, run: RunContext, query: str, history: Sequence[ConversationMessage]
-    ) -> list[dict[str, Any]]:
-        def render(compact: bool) -> list[dict[str, Any]]:
+    ) -> list[dict[str, str]]:
+        def render(compact: bool) -> list[dict[str, str]]:
             return render_planning_messages(
                 query,
                 self.registry,
@@ -1128,7 +1141,7 @@ class Planner:
         """
         completed = frozenset(sid for sid, r in records.items() if r.status == "completed")
 
-        def render(compact: bool) -> list[dict[str, Any]]:
+        def render(compact: bool) -> list[dict[str, str]]:
             return render_replan_messages(
                 query,
                 self.registry,
@@ -1143,7 +1156,7 @@ class Planner:
 
         return await self._plan_and_repair(run, "replan", self._fit(render), completed)
 
-    def _fit(self, render: Callable[[bool], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    def _fit(self, render: Callable[[bool], list[dict[str, str]]]) -> list[dict[str, str]]:
         """The full prompt, or the compact one when the full one would take more than
         half of a small model's context window (the plan and a repair turn need the rest)."""
         messages = render(False)
@@ -1160,7 +1173,7 @@ class Planner:
         self,
         run: RunContext,
         phase: LLMPhase,
-        messages: list[dict[str, Any]],
+        messages: list[dict[str, str]],
         completed: frozenset[str],
         arrivals: StepArrivals | None = None,
         *,

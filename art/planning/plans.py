@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from art.core.json import JsonValue
 from art.core.models import ArtModel
 from art.core.serialization import storable_problem
 from art.planning.output_schemas import output_path_problem, step_output_schema
@@ -30,6 +31,7 @@ from art.tooling.registry import passes_fast_check
 
 if TYPE_CHECKING:
     import networkx as nx
+    from jsonschema.exceptions import ValidationError
     from jsonschema.protocols import Validator
 
     from art.tooling.registry import FastCheck
@@ -78,7 +80,7 @@ class Step(ArtModel):
     # checks the type first and does nothing more for the values an LLM usually writes.
     @model_validator(mode="before")
     @classmethod
-    def _llm_spellings(cls, value: Any) -> Any:
+    def _llm_spellings(cls, value: object) -> object:
         if type(value) is dict and value.keys() <= _STEP_FIELD_KEYS:
             return value  # nothing to rename (pydantic does not change its input)
         if not isinstance(value, Mapping):
@@ -91,29 +93,29 @@ class Step(ArtModel):
 
     @field_validator("id", mode="before")
     @classmethod
-    def _id_text(cls, value: Any) -> Any:
+    def _id_text(cls, value: object) -> object:
         return value if type(value) is str else _int_as_text(value)
 
     @field_validator("description", mode="before")
     @classmethod
-    def _description_text(cls, value: Any) -> Any:
+    def _description_text(cls, value: object) -> object:
         return value if type(value) is str else _as_text(value)
 
     @field_validator("tool", mode="before")
     @classmethod
-    def _no_tool(cls, value: Any) -> Any:
+    def _no_tool(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() in _NO_TOOL:
             return None
         return value
 
     @field_validator("args", mode="before")
     @classmethod
-    def _none_args(cls, value: Any) -> Any:
+    def _none_args(cls, value: object) -> object:
         return {} if value is None else value
 
     @field_validator("depends_on", mode="before")
     @classmethod
-    def _none_deps(cls, value: Any) -> Any:
+    def _none_deps(cls, value: object) -> object:
         return _dependency_ids(value)
 
     @property
@@ -140,7 +142,7 @@ class Step(ArtModel):
         """Names of the arguments that hold at least one reference."""
         return self._reference_index()[2]
 
-    def _reference_index(self) -> tuple[Any, tuple[str, ...], frozenset[str]]:
+    def _reference_index(self) -> tuple[Mapping[str, object], tuple[str, ...], frozenset[str]]:
         """(args, referenced ids, names of referencing args), worked out once per `args`.
 
         Validation, the graph and the executor all ask; walking the arguments once
@@ -150,7 +152,9 @@ class Step(ArtModel):
         """
         args = self.args
         cache = vars(self)
-        cached: tuple[Any, tuple[str, ...], frozenset[str]] | None = cache.get(_REFERENCE_CACHE)
+        cached: tuple[Mapping[str, object], tuple[str, ...], frozenset[str]] | None = cache.get(
+            _REFERENCE_CACHE
+        )
         if cached is not None and cached[0] is args:
             return cached
         cached = (args, *references_by_argument(args))
@@ -162,7 +166,7 @@ class Step(ArtModel):
         return self.tool is None
 
 
-def _as_text(value: Any) -> Any:
+def _as_text(value: object) -> object:
     """Labels an LLM wrote as null or a number become text; anything else is validated."""
     if value is None:
         return ""
@@ -171,12 +175,12 @@ def _as_text(value: Any) -> Any:
     return value
 
 
-def _int_as_text(value: Any) -> Any:
+def _int_as_text(value: object) -> object:
     """An id an LLM wrote as a number becomes text; anything else is validated."""
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def _dependency_ids(value: Any) -> Any:
+def _dependency_ids(value: object) -> object:
     """`dependsOn` as a list of ids: null is none, one id is a list of one, numbers are text."""
     if isinstance(value, list):
         try:
@@ -200,12 +204,12 @@ class Plan(ArtModel):
 
     @field_validator("steps", mode="before")
     @classmethod
-    def _none_steps(cls, value: Any) -> Any:
+    def _none_steps(cls, value: object) -> object:
         return [] if value is None else value
 
     @field_validator("intent", "title", mode="before")
     @classmethod
-    def _label_text(cls, value: Any) -> Any:
+    def _label_text(cls, value: object) -> object:
         return _as_text(value)
 
     # -- lookup -----------------------------------------------------------------------
@@ -506,7 +510,9 @@ def never_ready(waiting: Mapping[str, int], dependents: Mapping[str, Iterable[st
     return [step_id for step_id, count in counts.items() if count > 0]
 
 
-def _argument_problems(step: Step, validator: Any, static_args: dict[str, Any]) -> list[str]:
+def _argument_problems(
+    step: Step, validator: Validator, static_args: Mapping[str, JsonValue]
+) -> list[str]:
     """Schema violations of `static_args`, the arguments of `step` without references."""
     from_references = step.referencing_args
     problems = []
@@ -526,7 +532,7 @@ def _argument_problems(step: Step, validator: Any, static_args: dict[str, Any]) 
     return problems
 
 
-def _missing_required(error: Any) -> str | None:
+def _missing_required(error: ValidationError) -> str | None:
     # jsonschema's message is "'name' is a required property"
     match = re.match(r"'(?P<name>.+)' is a required property", error.message)
     return match.group("name") if match else None

@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import cast, overload
 
 from art.core.binary import describe_bytes
 
@@ -68,20 +68,20 @@ _TEXT_ONLY = {str}
 _NO_REFERENCES: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
 
 
-def _collect(value: Any, found: list[str]) -> None:
+def _collect(value: object, found: list[str]) -> None:
     # Strings inside containers are handled in the loops, without a call each: a plan of
     # thousands of steps with dozens of references per step walks here once per step.
     # Exact types are tested before the (slower) isinstance checks.
-    kind = type(value)
-    if kind is str:
+    if type(value) is str:
         if _MARKER in value:
             found.extend(_ids_in(value))
         return
-    if kind in _SCALARS:
+    if type(value) in _SCALARS:
         return
-    if kind is dict:
+    items: Iterable[object]
+    if type(value) is dict:
         items = value.values()
-    elif kind is list or kind is tuple:
+    elif type(value) is list or type(value) is tuple:
         items = value
     elif isinstance(value, str):  # a str subclass
         _collect(str(value), found)
@@ -95,20 +95,19 @@ def _collect(value: Any, found: list[str]) -> None:
     # Exact strings only: a str subclass is read through its str(). A short list (a
     # step's one or two inputs, the usual case) is cheaper to walk in the loop below.
     if items is value and len(value) >= _MANY and set(map(type, value)) == _TEXT_ONLY:
-        text = _SEPARATOR.join(value)
+        text = _SEPARATOR.join(cast("list[str] | tuple[str, ...]", value))  # all str: checked
         if _MARKER in text:
             found.extend(_ids_in(text))
         return
     for item in items:
-        item_kind = type(item)
-        if item_kind is str:
+        if type(item) is str:
             if _MARKER in item:
                 found.extend(_ids_in(item))
-        elif item_kind not in _SCALARS:
+        elif type(item) not in _SCALARS:
             _collect(item, found)
 
 
-def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
+def references_by_argument(args: Mapping[str, object]) -> tuple[tuple[str, ...], frozenset[str]]:
     """The step ids `args` references (in order of first appearance, without repeats) and
     the names of the arguments that hold at least one reference."""
     found: list[str] = []
@@ -127,22 +126,22 @@ def references_by_argument(args: Mapping[str, Any]) -> tuple[tuple[str, ...], fr
     return tuple(dict.fromkeys(found)), frozenset(names)
 
 
-def iter_references(value: Any) -> Iterator[str]:
+def iter_references(value: object) -> Iterator[str]:
     """Referenced step ids in order of appearance (repeats included), anywhere in `value`."""
     found: list[str] = []
     _collect(value, found)
     return iter(found)
 
 
-def find_references(value: Any) -> set[str]:
+def find_references(value: object) -> set[str]:
     """The ids of every step referenced anywhere in `value` (nested args included)."""
     return set(iter_references(value))
 
 
-def reference_paths(value: Any) -> list[tuple[str, tuple[str, ...], str]]:
+def reference_paths(value: object) -> list[tuple[str, tuple[str, ...], str]]:
     """Every reference anywhere in `value` as (step id, path, the reference's text)."""
     found: list[tuple[str, tuple[str, ...], str]] = []
-    pending = [value]
+    pending: list[object] = [value]
     while pending:
         item = pending.pop()
         if isinstance(item, str):
@@ -155,26 +154,32 @@ def reference_paths(value: Any) -> list[tuple[str, tuple[str, ...], str]]:
     return found
 
 
-def has_references(value: Any) -> bool:
+def has_references(value: object) -> bool:
     """True when `value` contains at least one reference."""
     return next(iter_references(value), None) is not None
 
 
-def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
+@overload
+def resolve_references(
+    value: dict[str, object], outputs: Mapping[str, object]
+) -> dict[str, object]: ...
+@overload
+def resolve_references(value: object, outputs: Mapping[str, object]) -> object: ...
+def resolve_references(value: object, outputs: Mapping[str, object]) -> object:
     """`value` with every reference replaced by the output it names.
 
     Containers are copied only where something changed. Raises UnresolvedReferenceError
     naming the step, the path and what was found when a reference cannot be resolved.
     """
-    kind = type(value)
-    if kind is str or isinstance(value, str):
+    if type(value) is str or isinstance(value, str):
         if _MARKER not in value:
             return value
         return _resolve_string(value, outputs)
-    if kind in _SCALARS:
+    if type(value) in _SCALARS:
         return value
-    if kind is dict or isinstance(value, Mapping):
-        resolved: dict[Any, Any] | None = None
+    new: object
+    if type(value) is dict or isinstance(value, Mapping):
+        resolved: dict[object, object] | None = None
         for key, item in value.items():
             if type(item) in _SCALARS:
                 continue
@@ -198,8 +203,7 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
         items = []
         changed = False
         for item in value:
-            item_kind = type(item)
-            if item_kind is str:
+            if type(item) is str:
                 if _MARKER not in item:
                     new = item
                 elif (whole := _whole_reference(item)) is not None and not whole[1]:
@@ -210,7 +214,7 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
                     new = outputs[step_id] if step_id in outputs else _lookup(*whole, outputs)
                 else:
                     new = _resolve_string(item, outputs)
-            elif item_kind in _SCALARS:
+            elif type(item) in _SCALARS:
                 new = item
             else:
                 new = resolve_references(item, outputs)
@@ -227,7 +231,7 @@ def resolve_references(value: Any, outputs: Mapping[str, Any]) -> Any:
 _MANY = 4
 
 
-def _whole_reference_ids(items: list[Any] | tuple[Any, ...]) -> tuple[str, ...] | None:
+def _whole_reference_ids(items: list[object] | tuple[object, ...]) -> tuple[str, ...] | None:
     """The step ids of `items` when every item is a plain `{{sN.output}}`, else None."""
     try:
         return _referenced_ids(tuple(items))
@@ -236,7 +240,7 @@ def _whole_reference_ids(items: list[Any] | tuple[Any, ...]) -> tuple[str, ...] 
 
 
 @functools.lru_cache(maxsize=1024)
-def _referenced_ids(items: tuple[Any, ...]) -> tuple[str, ...] | None:
+def _referenced_ids(items: tuple[object, ...]) -> tuple[str, ...] | None:
     """Cached by the whole list: every step of a layer may list the same references."""
     ids = []
     for item in items:
@@ -267,7 +271,7 @@ def _parts(match: re.Match[str]) -> tuple[str, tuple[str, ...], str]:
     return match.group("step"), tuple(raw_path[1:].split(".")) if raw_path else (), match[0]
 
 
-def _resolve_string(text: str, outputs: Mapping[str, Any]) -> Any:
+def _resolve_string(text: str, outputs: Mapping[str, object]) -> object:
     whole = _whole_reference(text)
     if whole is not None:
         return _lookup(*whole, outputs)
@@ -276,7 +280,7 @@ def _resolve_string(text: str, outputs: Mapping[str, Any]) -> Any:
     return REFERENCE_PATTERN.sub(lambda m: _as_text(_lookup(*_parts(m), outputs)), text)
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bytes | bytearray | memoryview):
@@ -287,7 +291,7 @@ def _as_text(value: Any) -> str:
         return str(value)
 
 
-def _describe(value: Any) -> str:
+def _describe(value: object) -> str:
     """A short description of what a path step found, for error messages."""
     if isinstance(value, Mapping):
         keys = ", ".join(repr(k) for k in list(value)[:8])
@@ -303,7 +307,7 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:80]
 
 
-def _maybe_json(value: str) -> Any:
+def _maybe_json(value: str) -> object:
     """Parse `value` when it is JSON text for an object or a list; otherwise _MISSING."""
     stripped = value.lstrip()
     if not stripped or stripped[0] not in "[{":
@@ -314,7 +318,7 @@ def _maybe_json(value: str) -> Any:
         return _MISSING
 
 
-def _step(current: Any, segment: str) -> Any:
+def _step(current: object, segment: str) -> object:
     """`current[segment]`, or _MISSING."""
     if isinstance(current, str):
         parsed = _maybe_json(current)
@@ -338,7 +342,9 @@ def _step(current: Any, segment: str) -> Any:
     return _MISSING
 
 
-def _lookup(step_id: str, path: tuple[str, ...], reference: str, outputs: Mapping[str, Any]) -> Any:
+def _lookup(
+    step_id: str, path: tuple[str, ...], reference: str, outputs: Mapping[str, object]
+) -> object:
     if not path and step_id in outputs:
         return outputs[step_id]
     if step_id not in outputs:

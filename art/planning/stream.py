@@ -18,11 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from art.core.json import JsonValue
 from art.planning.plans import Plan, Step, ToolCatalog, validate_plan
 
 __all__ = ["StepArrivals", "StepIntake", "StepStreamReader"]
@@ -60,7 +60,7 @@ class StepStreamReader:
         """How many step elements have been handed out."""
         return self._taken
 
-    def feed(self, text: str) -> list[Any]:
+    def feed(self, text: str) -> list[JsonValue]:
         """Add `text` to the reply; return the step elements it completed."""
         if not text:
             return []
@@ -105,7 +105,7 @@ class StepStreamReader:
         # Not found (the element ended earlier, in text not read as closing it): the
         # tail stays where it was, which only costs time.
 
-    def _read(self) -> tuple[list[Any] | None, int]:
+    def _read(self) -> tuple[list[JsonValue] | None, int]:
         """The steps array as far as it is written (the tail's, once there is one), and
         how many of its elements are done."""
         if self._tail is not None:
@@ -174,14 +174,16 @@ class StepStreamReader:
 _OPENINGS = {"}": '{"steps":[', "}}": '{"plan":{"steps":['}
 
 
-def _with_done(steps: list[Any] | None, last_done: bool) -> tuple[list[Any] | None, int]:
+def _with_done(
+    steps: list[JsonValue] | None, last_done: bool
+) -> tuple[list[JsonValue] | None, int]:
     """`steps` and how many are complete: all but the last one, which only if it is done."""
     if not steps:
         return steps, 0
     return steps, len(steps) if last_done else len(steps) - 1
 
 
-def _steps_of(value: Any) -> tuple[list[Any] | None, str]:
+def _steps_of(value: object) -> tuple[list[JsonValue] | None, str]:
     """The steps list of a (partial) plan object and the braces that close around it."""
     if not isinstance(value, dict):
         return None, "}"
@@ -230,7 +232,7 @@ class StepArrivals:
         for raw in self._reader.feed(text):
             self.arrive(raw)
 
-    def arrive(self, raw: Any) -> bool:
+    def arrive(self, raw: object) -> bool:
         """Check one step element; hand it on when valid. True when it was handed on now."""
         try:
             step = raw if isinstance(raw, Step) else Step.model_validate(raw)
@@ -311,5 +313,5 @@ class StepArrivals:
         return False
 
 
-def _definition(step: Step) -> tuple[Any, ...]:
+def _definition(step: Step) -> tuple[object, ...]:
     return (step.tool, step.args, sorted(step.all_dependencies))

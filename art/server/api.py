@@ -305,8 +305,11 @@ def _check_execution_config(ctx: ServerContext, overrides: dict[str, Any]) -> No
 @router.post(
     "/threads/{thread_id}/runs",
     status_code=202,
-    response_model=RunResource,
-    responses=_WAITED,
+    response_model=RunResource | QueuedRunResource,
+    responses={
+        **_WAITED,
+        202: {"description": "The run, started; or queued (multitaskStrategy enqueue)."},
+    },
     tags=["runs"],
 )
 async def start_run(
@@ -322,7 +325,7 @@ async def start_run(
     _check_webhook(ctx, body.webhook)
     await ctx.threads.claim(caller, thread_id)
     if body.multitask_strategy == "enqueue" and ctx.settings.enqueue_to_queue:
-        handle = await ctx.instance.asubmit(body.query, thread_id, options or None)
+        handle = await ctx.runs.submit(thread_id, body.query, options or None, body.webhook)
         if wait:
             return wire_response(await run_resource(ctx, await handle.result()))
         resource = QueuedRunResource(run_id=handle.id, thread_id=thread_id)

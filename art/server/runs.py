@@ -22,6 +22,7 @@ from art.engine.suspension import Decision
 from art.errors import ArtError, RunErrorCode, ThreadBusyError
 from art.instance import ArtInstance
 from art.observe.events import Event
+from art.queue.runs import RunHandle
 from art.responses import AgentFinalResponse, RunError, utcnow
 from art.server.journal import EventJournal
 from art.server.problems import Problem
@@ -92,6 +93,8 @@ class RunManager:
         self._active: dict[str, ActiveRun] = {}
         # The newest queued run of each thread: the next one queued waits for it.
         self._queued: dict[str, QueuedRun] = {}
+        # Runs queued in the run queue that this process follows for their webhooks.
+        self._following: set[asyncio.Task[None]] = set()
         self._deadline: float | None = None
         self._unsubscribe = instance.events.subscribe(self._on_event)
 
@@ -179,6 +182,39 @@ class RunManager:
         self._queued[thread_id] = queued
         task.add_done_callback(lambda _: self._dequeued(queued))
         return queued
+
+    async def submit(
+        self,
+        thread_id: str,
+        query: str,
+        options: Mapping[str, Any] | None = None,
+        webhook: str | None = None,
+    ) -> RunHandle:
+        """Queue `query` in the run queue (`enqueue_to_queue`), where a worker runs it after
+        the thread's current run. This process follows the run while it lives, to call the
+        webhooks when it ends or suspends."""
+        if self.draining:
+            raise Problem(503, "the server is shutting down; retry on another server")
+        handle = await self.instance.asubmit(query, thread_id, options)
+        if self.webhooks is not None and self.webhooks.urls_for(webhook):
+            task = asyncio.get_running_loop().create_task(
+                self._follow(handle, webhook), name=f"art-following-{handle.id}"
+            )
+            self._following.add(task)
+            task.add_done_callback(self._following.discard)
+        return handle
+
+    async def _follow(self, handle: RunHandle, webhook: str | None) -> None:
+        record = await handle.result()
+        if self.webhooks is None:
+            return
+        suspension_ids = []
+        if record.status == "suspended":
+            pending = await self.instance.storage.list_suspensions(record.thread_id)
+            suspension_ids = [s.suspension_id for s in pending if s.run_id == record.run_id]
+            if webhook is not None:  # kept for the part that resumes it, as for a run here
+                self._run_webhooks[record.run_id] = webhook
+        self.webhooks.run_stored(record, suspension_ids, webhook)
 
     def _dequeued(self, queued: QueuedRun) -> None:
         if self._queued.get(queued.thread_id) is queued:
@@ -387,6 +423,8 @@ class RunManager:
         self.begin_drain(grace_s)
         for queued in list(self._queued.values()):
             queued.task.cancel("the server is shutting down")
+        for following in list(self._following):
+            following.cancel("the server is shutting down")
         assert self._deadline is not None
         tasks = {active.task for active in self._active.values()}
         if tasks:

@@ -1,4 +1,4 @@
-"""Webhooks: the server calls a URL when a run it executes ends or suspends.
+"""Webhooks: the server calls a URL when a run it executes, or queues, ends or suspends.
 
 A delivery is a POST of JSON, signed with HMAC-SHA256 over `<timestamp>.<body>` in the
 `X-Art-Signature: t=<timestamp>,v1=<hex>` header (the scheme Stripe's receivers know),
@@ -21,9 +21,9 @@ import httpx
 import pydantic_core
 
 from art.core.log import get_logger
-from art.responses import AgentFinalResponse
+from art.responses import AgentFinalResponse, RunError
 from art.server.journal import EventJournal
-from art.storage.contract import StoredEvent
+from art.storage.contract import RunRecord, RunState, StoredEvent
 
 __all__ = ["DELIVERY_EVENT", "WebhookSender", "sign", "verify_signature"]
 
@@ -32,6 +32,15 @@ log = get_logger("art.server")
 #: The event each delivery leaves in the thread's event log.
 DELIVERY_EVENT = "webhook:delivery"
 _RETRIED_STATUSES = frozenset({408, 425, 429})
+# A stored run's state as the status its response has.
+_RESPONSE_STATUS: dict[RunState, str] = {
+    "running": "running",
+    "suspended": "suspended",
+    "completed": "success",
+    "partial": "partial",
+    "failed": "error",
+    "abandoned": "error",
+}
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
@@ -86,25 +95,59 @@ class WebhookSender:
 
     def run_ended(self, response: AgentFinalResponse, run_url: str | None) -> None:
         """Send the end (or suspension) of a run to its URLs, in the background."""
+        meta = response.metadata
+        answer = response.response.content if meta.status != "suspended" else None
+        self._send(
+            run_url,
+            thread_id=meta.thread_id,
+            run_id=meta.run_id,
+            status=meta.status,
+            answer=answer,
+            error=meta.error,
+            suspension_ids=meta.suspension_ids,
+        )
+
+    def run_stored(self, record: RunRecord, suspension_ids: list[str], run_url: str | None) -> None:
+        """Send the end (or suspension) of a run a queue worker executed, as stored."""
+        status = _RESPONSE_STATUS[record.status]
+        self._send(
+            run_url,
+            thread_id=record.thread_id,
+            run_id=record.run_id,
+            status=status,
+            answer=record.answer if status != "suspended" else None,
+            error=record.error,
+            suspension_ids=suspension_ids,
+        )
+
+    def _send(
+        self,
+        run_url: str | None,
+        *,
+        thread_id: str,
+        run_id: str | None,
+        status: str,
+        answer: str | None,
+        error: RunError | None,
+        suspension_ids: list[str],
+    ) -> None:
         urls = self.urls_for(run_url)
         if not urls:
             return
-        meta = response.metadata
         body = pydantic_core.to_json(
             {
-                "event": "run.suspended" if meta.status == "suspended" else "run.ended",
-                "threadId": meta.thread_id,
-                "runId": meta.run_id,
-                "status": meta.status,
-                "answer": response.response.content if meta.status != "suspended" else None,
-                "error": meta.error.model_dump(mode="json", by_alias=True) if meta.error else None,
-                "suspensionIds": meta.suspension_ids,
+                "event": "run.suspended" if status == "suspended" else "run.ended",
+                "threadId": thread_id,
+                "runId": run_id,
+                "status": status,
+                "answer": answer,
+                "error": error.model_dump(mode="json", by_alias=True) if error else None,
+                "suspensionIds": suspension_ids,
             }
         )
         for url in urls:
             task = asyncio.get_running_loop().create_task(
-                self._deliver(url, body, meta.thread_id, meta.run_id),
-                name=f"art-webhook-{meta.run_id}",
+                self._deliver(url, body, thread_id, run_id), name=f"art-webhook-{run_id}"
             )
             self._deliveries.add(task)
             task.add_done_callback(self._deliveries.discard)

@@ -8,7 +8,7 @@ pytest run imports, stays cheap.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _EXPORTS: dict[str, str] = {
     "ScriptedModel": "art.testing.scripted",
@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'art.testing' has no attribute {name!r}")
@@ -41,6 +41,26 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from art.testing.provider import (
+        Answer,
+        FakeProvider,
+        Hang,
+        HTTPStatus,
+        Malformed,
+        ProviderRequest,
+    )
+    from art.testing.runs import make_run_context
+    from art.testing.scripted import (
+        Reply,
+        ScriptedCall,
+        ScriptedModel,
+        ScriptError,
+        replies,
+    )
+    from art.testing.snapshots import PlanSnapshotExtension, render_plan_text
 
 
 if TYPE_CHECKING:

@@ -7,14 +7,18 @@ imports nothing heavy at import time: each fixture imports what it needs when us
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ParamSpec
 
 import pytest
 
 if TYPE_CHECKING:
+    from syrupy.assertion import SnapshotAssertion
+
     from art.engine.context import RunContext
     from art.testing.provider import FakeProvider
     from art.testing.scripted import ScriptedModel
+
+P = ParamSpec("P")
 
 
 @pytest.fixture
@@ -23,15 +27,22 @@ def scripted_model() -> Iterator[Callable[..., ScriptedModel]]:
     from art.testing.scripted import ScriptedModel
 
     made: list[ScriptedModel] = []
+    yield _recording(ScriptedModel, made)
+    for model in made:
+        model.unregister()
 
-    def factory(*args: Any, **kwargs: Any) -> ScriptedModel:
-        model = ScriptedModel(*args, **kwargs)
+
+def _recording(
+    make: Callable[P, ScriptedModel], made: list[ScriptedModel]
+) -> Callable[P, ScriptedModel]:
+    """`make`, adding each model it makes to `made`."""
+
+    def factory(*args: P.args, **kwargs: P.kwargs) -> ScriptedModel:
+        model = make(*args, **kwargs)
         made.append(model)
         return model
 
-    yield factory
-    for model in made:
-        model.unregister()
+    return factory
 
 
 @pytest.fixture
@@ -52,7 +63,7 @@ def run_context() -> RunContext:
 
 
 @pytest.fixture
-def plan_snapshot(snapshot: Any) -> Any:
+def plan_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
     """syrupy's `snapshot`, storing plans as readable Markdown: `assert plan == plan_snapshot`."""
     from art.testing.snapshots import PlanSnapshotExtension
 

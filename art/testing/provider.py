@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from art.core.json import JsonObject
 from art.testing._serving import ServerThread
 
 __all__ = ["Answer", "FakeProvider", "HTTPStatus", "Hang", "Malformed", "ProviderRequest"]
@@ -126,7 +127,7 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text) or [""]
 
 
-def _prompt_words(body: Any) -> int:
+def _prompt_words(body: object) -> int:
     messages = body.get("messages") if isinstance(body, dict) else None
     count = 0
     for message in messages or []:
@@ -267,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             super().finish()
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass  # tests read `requests`; stderr stays quiet
 
     def do_GET(self) -> None:
@@ -354,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(200, _complete(api, self._model(body), body, reply))
 
-    def _model(self, body: dict[str, Any]) -> str:
+    def _model(self, body: Mapping[str, object]) -> str:
         return self.owner.model or str(body.get("model") or "fake-model")
 
     def _authorised(self, request: ProviderRequest) -> bool:
@@ -391,7 +392,7 @@ class _Handler(BaseHTTPRequestHandler):
             ).encode()
         self._send_raw(status.status, data, "application/json", status.headers)
 
-    def _send_json(self, status: int, payload: Any) -> None:
+    def _send_json(self, status: int, payload: object) -> None:
         self._send_raw(status, json.dumps(payload).encode(), "application/json")
 
     def _send_raw(
@@ -410,7 +411,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _stream(self, api: str, body: dict[str, Any], reply: Answer) -> None:
+    def _stream(self, api: str, body: Mapping[str, object], reply: Answer) -> None:
         self.send_response(200)
         ndjson = api == "ollama"
         self.send_header("content-type", "application/x-ndjson" if ndjson else "text/event-stream")
@@ -444,11 +445,11 @@ class _Handler(BaseHTTPRequestHandler):
 # -- wire formats ------------------------------------------------------------------------
 
 
-def _usage(body: dict[str, Any], content: str) -> tuple[int, int]:
+def _usage(body: Mapping[str, object], content: str) -> tuple[int, int]:
     return _prompt_words(body), len(content.split())
 
 
-def _complete(api: str, model: str, body: dict[str, Any], reply: Answer) -> dict[str, Any]:
+def _complete(api: str, model: str, body: Mapping[str, object], reply: Answer) -> JsonObject:
     prompt, completion = _usage(body, reply.content)
     if api == "anthropic":
         return {
@@ -501,14 +502,14 @@ def _anthropic_stop(finish_reason: str | None) -> str | None:
     return _ANTHROPIC_STOP.get(finish_reason, finish_reason)
 
 
-def _sse(data: Any, event: str | None = None) -> str:
+def _sse(data: object, event: str | None = None) -> str:
     prefix = f"event: {event}\n" if event else ""
     text = data if isinstance(data, str) else json.dumps(data)
     return f"{prefix}data: {text}\n\n"
 
 
 def _stream_events(
-    api: str, model: str, body: dict[str, Any], reply: Answer
+    api: str, model: str, body: Mapping[str, object], reply: Answer
 ) -> Iterator[tuple[bool, str]]:
     """The stream's pieces, each marked True when it carries content."""
     prompt, completion = _usage(body, reply.content)
@@ -573,7 +574,7 @@ def _stream_events(
     ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
     created = int(time.time())
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None, **extra: Any) -> str:
+    def chunk(delta: Mapping[str, object], finish_reason: str | None, **extra: object) -> str:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         payload = {
             "id": ident,

@@ -221,18 +221,14 @@ def test_sync_submit_wait_status_and_timeout(sqlite_directory: Path) -> None:
             assert handle.status() == "completed"
 
 
-def test_module_level_submit_uses_the_default_instance(sqlite_directory: Path) -> None:
+def test_module_level_submit_uses_the_default_instance(
+    sqlite_directory: Path, default_reset: None
+) -> None:
     step = {"id": "s1", "tool": "calculator", "args": {"expression": "2+3"}}
     plan = {"title": "Sum", "steps": [step]}
     with ScriptedModel(planning=plan, synthesis="5") as model:
         art.configure(model=model.model, storage=f"sqlite:///{sqlite_directory / 'a.db'}")
-        try:
-            record = art.submit("two plus three", "sums").wait(timeout=10)
-        finally:
-            # The default instance is process-wide: forget it, as tests/test_docs.py does.
-            from art.api import _reset_default_instance
-
-            _reset_default_instance()
+        record = art.submit("two plus three", "sums").wait(timeout=10)
     assert record.status == "completed" and record.steps["s1"].output == 5
 
 

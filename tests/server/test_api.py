@@ -322,6 +322,12 @@ def test_the_openapi_document_describes_every_resource(server: Server) -> None:
     assert len(set(operation_ids)) == len(operation_ids)
     start = document["paths"]["/threads/{thread_id}/runs"]["post"]
     assert set(start["responses"]) >= {"200", "202"}
+    # 202 is the started run, or with multitaskStrategy "enqueue" the queued one.
+    started = start["responses"]["202"]["content"]["application/json"]["schema"]
+    assert started["anyOf"] == [
+        {"$ref": "#/components/schemas/RunResource"},
+        {"$ref": "#/components/schemas/QueuedRunResource"},
+    ]
     thread_id = next(p for p in start["parameters"] if p["name"] == "thread_id")
     assert thread_id["schema"]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
     # Every reference in the document resolves.

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+import art
+
 from .conftest import APPROVAL_PLAN
 
 
@@ -127,11 +129,8 @@ def test_the_operators_execution_config_sets_the_ceilings(
 
     from art.cli.app import app
 
-    # Private on purpose: the same parsing `art serve --execution-config` applies.
-    from art.cli.serve import _execution_config
-
     server = make_server()
-    server.instance.config.execution_config = _execution_config('{"max_plan_attempts": 8}')
+    server.instance.config.execution_config = art.ExecutionConfig(max_plan_attempts=8)
     client = server.client()
     body = {"query": "go", "options": {"executionConfig": {"maxPlanAttempts": 8}}}
     assert client.post("/threads/t-op/runs?wait=true", json=body).status_code == 200

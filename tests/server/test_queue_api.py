@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,12 @@ from art.queue import RunQueue
 from art.queue.execute import record_take_over
 
 QUEUE = {"heartbeat_s": 0.1, "stalled_after_s": 0.3, "max_worker_deaths": 1}
+
+
+def scheduled(url: str, run_id: str, at: str | None) -> None:
+    """Set a queued run's `scheduled_at` in the queue's SQLite file."""
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+        conn.execute("UPDATE queue_jobs SET scheduled_at = ? WHERE run_id = ?", (at, run_id))
 
 
 async def _submit_and_dead_letter(url: str) -> tuple[str, str]:
@@ -24,18 +32,11 @@ async def _submit_and_dead_letter(url: str) -> tuple[str, str]:
         await backend.give_back(waiting.id, doomed)
         await backend.unregister(doomed)
         doomed = await backend.register("doomed")
-        await backend._call(  # only the second is waiting now: park the first
-            lambda c: c.execute(
-                "UPDATE queue_jobs SET scheduled_at = '9999' WHERE run_id = ?", (waiting.id,)
-            )
-        )
+        # Only the second is waiting now: park the first.
+        scheduled(url, waiting.id, "9999")
         (job,) = await backend.claim(doomed, 1)
         assert job.spec.run_id == doomed_run.id
-        await backend._call(
-            lambda c: c.execute(
-                "UPDATE queue_jobs SET scheduled_at = NULL WHERE run_id = ?", (waiting.id,)
-            )
-        )
+        scheduled(url, waiting.id, None)
         await asyncio.sleep(QUEUE["stalled_after_s"] + 0.1)
         live = await backend.register("live")
         await record_take_over(queue.storage, await backend.take_over(live), backend, live)

@@ -11,15 +11,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from art.server import ServerSettings
 from art.server.webhooks import sign, verify_signature
-from art.testing._serving import ServerThread
+from art.testing._serving import ServerThread  # private: FakeProvider's server loop; unexported
 
-from .conftest import APPROVAL_PLAN, Server
+from .conftest import APPROVAL_PLAN, GATE_PLAN, Server
 
 # Each test runs a real server (uvicorn on 127.0.0.1): `pytest --slow` runs them.
 pytestmark = pytest.mark.slow
@@ -201,6 +202,40 @@ def test_a_run_names_its_own_url_only_under_an_allowed_prefix(
         json={"query": "17 * 23?", "webhook": f"{receiver.url}/runs/42"},
     )
     assert sorted(d["path"] for d in receiver.wait_for(2)) == ["/runs/42", "/server"]
+
+
+def test_a_run_queued_in_the_run_queue_calls_its_webhooks_when_a_worker_ends_it(
+    make_server: Callable[..., Server], receiver: Receiver, tmp_path: Path
+) -> None:
+    server = make_server(
+        GATE_PLAN,
+        storage=f"sqlite:///{tmp_path / 'art.db'}",
+        settings=settings(
+            receiver, enqueue_to_queue=True, webhook_allowed_prefixes=[f"{receiver.url}/runs/"]
+        ),
+    )
+    client = server.client()
+    client.post("/threads/t-queued/runs", json={"query": "through the gate"})
+    assert server.gate.entered.wait(10)
+    queued = client.post(
+        "/threads/t-queued/runs",
+        json={
+            "query": "the second question",
+            "multitaskStrategy": "enqueue",
+            "webhook": f"{receiver.url}/runs/7",
+        },
+    ).json()
+    server.gate.opened.set()
+
+    deliveries = receiver.wait_for(3)
+    by_run: dict[str, list[str]] = {}
+    for delivery in deliveries:
+        body = json.loads(delivery["body"])
+        assert body["event"] == "run.ended" and body["status"] == "success", body
+        by_run.setdefault(body["runId"], []).append(delivery["path"])
+    # The queued run's end reached the server's URL and its own; the first run's, the server's.
+    assert sorted(by_run.pop(queued["runId"])) == ["/runs/7", "/server"]
+    assert list(by_run.values()) == [["/server"]]
 
 
 def test_signatures_are_checked_for_age() -> None:

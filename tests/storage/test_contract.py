@@ -568,12 +568,14 @@ async def test_finish_run_is_one_transaction_on_durable_storage(
 
         return wrapped
 
-    # Private on purpose: the fault is injected between the two writes of one transaction.
+    # private: the fault is injected between the two writes of one transaction.
     if isinstance(storage, sqlite.SQLiteStorage):
+        # private: as above
         monkeypatch.setattr(sqlite, "_message_insert", failing_second(sqlite._message_insert))
     else:
         assert isinstance(storage, postgres.PostgresStorage)
         insert = failing_second(postgres.PostgresStorage._insert_message)
+        # private: as above
         monkeypatch.setattr(postgres.PostgresStorage, "_insert_message", staticmethod(insert))
 
     run.status = "completed"

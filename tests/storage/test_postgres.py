@@ -140,7 +140,7 @@ async def test_a_lease_connection_lost_is_replaced(postgres_tables: str) -> None
     try:
         async with storage.lease("t-a"):
             pass
-        # Private on purpose: the lease's connection is closed under the adapter.
+        # private: the lease's connection is closed under the adapter.
         assert storage._lease_conn is not None
         await storage._lease_conn.close()  # e.g. the server restarted
         async with storage.lease("t-a"):

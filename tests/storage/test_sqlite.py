@@ -33,7 +33,7 @@ async def test_wal_mode_and_synchronous_level(tmp_path: Path, option: str, level
     storage = open_storage(f"sqlite:///{tmp_path / 'art.db'}{option}")
     await storage.open()
     try:
-        # Private on purpose: the pragma is read on the adapter's own connection.
+        # private: the pragma is read on the adapter's own connection.
         found = await storage._call(  # type: ignore[attr-defined]
             lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0], write=False
         )

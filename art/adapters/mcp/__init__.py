@@ -13,7 +13,7 @@ importing this package loads neither the MCP SDK nor litellm.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from art.adapters.mcp.extra import INSTALL_HINT
 
@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'art.adapters.mcp' has no attribute {name!r}")

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from art.adapters.mcp.config import MCPConfig, Transport, load_mcp_config
 from art.adapters.mcp.connection import (
@@ -76,7 +76,7 @@ class MCPClient:
             inst = art.create_art_instance(mcp_servers=mcp, ...)
     """
 
-    def __init__(self, servers: MCPConfig | Mapping[str, Any] | str | os.PathLike[str]) -> None:
+    def __init__(self, servers: MCPConfig | Mapping[str, object] | str | os.PathLike[str]) -> None:
         self.config = load_mcp_config(servers)
         try:
             from mcp_types import Implementation
@@ -184,7 +184,7 @@ class MCPClient:
         self,
         server: str,
         tool: str,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         on_progress: ProgressCallback | None = None,
         on_log: LogCallback | None = None,
         on_elicit: ElicitCallback | None = None,
@@ -292,7 +292,7 @@ class MCPClient:
             *(c.close() for c in self._connections.values()), return_exceptions=True
         )
 
-    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def _on_loop(self, coro: Coroutine[object, None, T]) -> T:
         """Await `coro` on the client's loop from whichever loop the caller is on."""
         if self._portal.in_portal:
             return await coro

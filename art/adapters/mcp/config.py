@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -108,14 +108,14 @@ class MCPServerConfig(ArtModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_foreign_keys(cls, data: Any) -> Any:
+    def _drop_foreign_keys(cls, data: object) -> object:
         if isinstance(data, Mapping):
             return {k: v for k, v in data.items() if k not in _FOREIGN_KEYS}
         return data
 
     @field_validator("transport", mode="before")
     @classmethod
-    def _transport_alias(cls, value: Any) -> Any:
+    def _transport_alias(cls, value: object) -> object:
         if isinstance(value, str):
             return _TRANSPORT_NAMES.get(value.lower(), value)
         return value
@@ -262,7 +262,7 @@ class MCPConfig(ArtModel):
     @classmethod
     def from_dict(
         cls,
-        data: Mapping[str, Any],
+        data: Mapping[str, object],
         *,
         source: str | None = None,
         environ: Mapping[str, str] | None = None,
@@ -360,7 +360,7 @@ class MCPConfig(ArtModel):
         }
 
 
-def _input_descriptions(inputs: Any) -> dict[str, str]:
+def _input_descriptions(inputs: object) -> dict[str, str]:
     """VS Code's top-level `inputs`: each input's id and description."""
     if not isinstance(inputs, list):
         return {}
@@ -372,7 +372,7 @@ def _input_descriptions(inputs: Any) -> dict[str, str]:
 
 
 def load_mcp_config(
-    target: MCPConfig | Mapping[str, Any] | str | os.PathLike[str],
+    target: MCPConfig | Mapping[str, object] | str | os.PathLike[str],
 ) -> MCPConfig:
     """An MCPConfig from a config, a dict in the file's format, or a JSON file's path."""
     if isinstance(target, MCPConfig):

@@ -26,6 +26,7 @@ from art.errors import ArtError, ToolErrorCode
 if TYPE_CHECKING:
     import mcp_types
     from mcp import Client
+    from mcp.client.context import ClientRequestContext
 
 __all__ = ["MCPCallError", "MCPServerError", "ServerConnection"]
 
@@ -43,7 +44,7 @@ PING_TIMEOUT_S = 5.0
 
 ProgressCallback = Callable[[float, float | None, str | None], None]
 #: Called with a log notification's level, logger and data.
-LogCallback = Callable[[str, str | None, Any], None]
+LogCallback = Callable[[str, str | None, object], None]
 #: Answers an elicitation request of the call it belongs to.
 ElicitCallback = Callable[["mcp_types.ElicitRequestParams"], Awaitable["mcp_types.ElicitResult"]]
 #: Answers a sampling request: (server, params, max_tokens) -> the result.
@@ -73,7 +74,9 @@ class MCPCallError(Exception):
 class ServerConnection:
     """The session with one MCP server, shared by every call to its tools."""
 
-    def __init__(self, name: str, config: MCPServerConfig, client_info: Any) -> None:
+    def __init__(
+        self, name: str, config: MCPServerConfig, client_info: mcp_types.Implementation
+    ) -> None:
         self.name = name
         self.config = config
         self._client_info = client_info
@@ -134,7 +137,7 @@ class ServerConnection:
     async def call(
         self,
         tool: str,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         on_progress: ProgressCallback | None,
         on_log: LogCallback | None = None,
         on_elicit: ElicitCallback | None = None,
@@ -155,7 +158,7 @@ class ServerConnection:
     async def _call(
         self,
         tool: str,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         on_progress: ProgressCallback | None,
     ) -> mcp_types.CallToolResult:
         client = await self._connected()
@@ -207,7 +210,7 @@ class ServerConnection:
                 log.debug("MCP log listener failed", server=self.name, exc_info=True)
 
     async def _on_elicit(
-        self, context: Any, params: mcp_types.ElicitRequestParams
+        self, context: ClientRequestContext, params: mcp_types.ElicitRequestParams
     ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
         """An elicitation: handled by the call it belongs to, which must be the only one
         running on the server (the request names no call); otherwise declined."""
@@ -224,7 +227,7 @@ class ServerConnection:
         return await listeners[0](params)
 
     async def _on_sample(
-        self, context: Any, params: mcp_types.CreateMessageRequestParams
+        self, context: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
     ) -> mcp_types.CreateMessageResult | mcp_types.ErrorData:
         """A sampling request, answered by art's model within the server's limits."""
         from mcp_types import INVALID_REQUEST, ErrorData

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from art.errors import ConfigurationError
 
@@ -43,7 +42,7 @@ def server_prefix(server: str) -> str:
     return prefix if prefix[0].isalpha() else f"mcp_{prefix}"
 
 
-def server_prefixes(servers: Mapping[str, Any]) -> dict[str, str]:
+def server_prefixes(servers: Mapping[str, object]) -> dict[str, str]:
     """Each server's prefix; raises ConfigurationError when two servers share one."""
     seen: dict[str, str] = {}
     for name in servers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from art.core.log import get_logger
@@ -31,7 +32,7 @@ SAMPLING_PHASE = "sampling"
 class Sampler:
     """Makes the LLM call a sampling request asks for, with `model` and `llm_params`."""
 
-    def __init__(self, model: Model, llm_params: dict[str, Any] | None = None) -> None:
+    def __init__(self, model: Model, llm_params: Mapping[str, object] | None = None) -> None:
         self.model = model
         self.llm_params = dict(llm_params or {})
 
@@ -41,7 +42,7 @@ class Sampler:
         """The model's reply; raises ValueError for content it cannot send."""
         from mcp_types import CreateMessageResult, TextContent
 
-        messages: list[dict[str, Any]] = []
+        messages: list[dict[str, str]] = []
         if params.system_prompt:
             messages.append({"role": "system", "content": params.system_prompt})
         for message in params.messages:

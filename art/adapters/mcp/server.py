@@ -21,22 +21,28 @@ import contextlib
 import hmac
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 from pydantic_core import to_jsonable_python
 
 import art
 from art.core.binary import bytes_to_json
+from art.core.json import JsonObject, JsonValue
 from art.core.log import get_logger
 from art.errors import ArtError
 from art.tooling.registry import build_validator, input_errors
 
 if TYPE_CHECKING:
     import mcp_types
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from jsonschema.protocols import Validator
     from mcp.server import Server
     from mcp.server.context import ServerRequestContext
+    from mcp.shared.message import SessionMessage
+    from mcp_types import JSONRPCError
     from starlette.applications import Starlette
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from art.instance import ArtInstance
     from art.observe.events import Event
@@ -52,20 +58,20 @@ ServerTransport = Literal["stdio", "http"]
 MAX_QUESTION_CHARS = 32_000
 # What a thread id may be: what `art serve` takes in a URL (art.server.settings).
 _THREAD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-_THREAD_ID = {
+_THREAD_ID: JsonObject = {
     "type": "string",
     "pattern": _THREAD_ID_PATTERN,
     "description": "The conversation thread; give the thread_id of an earlier result to "
     "ask a follow-up. A new thread when omitted. 1-128 letters, digits and `._:-`, starting "
     "with a letter or digit.",
 }
-_QUESTION = {
+_QUESTION: JsonObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_QUESTION_CHARS,
     "description": "What to ask the agent.",
 }
-_RUN_RESULT: dict[str, Any] = {
+_RUN_RESULT: JsonObject = {
     "type": "object",
     "properties": {
         "status": {"enum": ["success", "partial", "error", "suspended"]},
@@ -96,14 +102,14 @@ _RUN_RESULT: dict[str, Any] = {
     },
     "required": ["status", "answer", "thread_id", "steps"],
 }
-_SUSPENSIONS: dict[str, Any] = {
+_SUSPENSIONS: JsonObject = {
     "type": "object",
     "properties": {"suspensions": {"type": "array", "items": {"type": "object"}}},
     "required": ["suspensions"],
 }
 
 #: name -> (description, inputSchema, outputSchema)
-TOOLS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+TOOLS: dict[str, tuple[str, JsonObject, JsonObject]] = {
     "query": (
         "Ask the agent a question. It plans the tool steps needed, runs independent steps "
         "at the same time, and answers from their results. Returns the answer; the "
@@ -184,7 +190,7 @@ _REPORTED = frozenset({"plan:created", "plan:updated", "step:status", "suspended
 _FINISHED_STEP = frozenset({"completed", "failed", "skipped"})
 
 
-def create_mcp_server(instance: ArtInstance, *, name: str = "art") -> Server[Any]:
+def create_mcp_server(instance: ArtInstance, *, name: str = "art") -> Server[dict[str, object]]:
     """An MCP server (the SDK's low-level `Server`) answering with `instance`.
 
     Serve it yourself, or use `serve` / `aserve` / `streamable_http_app`. The instance
@@ -249,11 +255,11 @@ _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 class _KeyCheck:
     """ASGI middleware: every HTTP request needs `Authorization: Bearer <one of keys>`."""
 
-    def __init__(self, app: Any, keys: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
         self.app = app
         self._keys = [key.encode() for key in keys]
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -281,6 +287,19 @@ class _KeyCheck:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class ServeOptions(TypedDict, total=False):
+    """`aserve`'s keyword arguments, which `serve` passes on."""
+
+    host: str
+    port: int
+    path: str
+    name: str
+    ready: Callable[[str], None] | None
+    api_keys: Sequence[str]
+    allow_unauthenticated: bool
+    allowed_hosts: Sequence[str]
 
 
 async def aserve(
@@ -343,14 +362,17 @@ async def aserve(
 
 
 @contextlib.asynccontextmanager
-async def _answering_unreadable(read_stream: Any, write_stream: Any) -> AsyncIterator[Any]:
+async def _answering_unreadable(
+    read_stream: MemoryObjectReceiveStream[SessionMessage | Exception],
+    write_stream: MemoryObjectSendStream[SessionMessage],
+) -> AsyncIterator[MemoryObjectReceiveStream[SessionMessage | Exception]]:
     """`read_stream` as the server reads it, except that a request the SDK could not read
     (pydantic's JSON parser stops at 200 levels of nesting) is answered with an error
     naming why, instead of never: the client would wait for ever."""
     import anyio
     from mcp.shared.message import SessionMessage
 
-    send, receive = anyio.create_memory_object_stream[Any](0)
+    send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
 
     async def forward() -> None:
         async with send:
@@ -370,7 +392,7 @@ async def _answering_unreadable(read_stream: Any, write_stream: Any) -> AsyncIte
             group.cancel_scope.cancel()
 
 
-def _invalid_request_answer(error: Exception) -> Any:
+def _invalid_request_answer(error: Exception) -> JSONRPCError | None:
     """The JSON-RPC error answering the request whose text failed to parse as `error`, or
     None when it is not a request with an id (nothing to answer)."""
     from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
@@ -396,7 +418,9 @@ def _invalid_request_answer(error: Exception) -> Any:
     )
 
 
-def serve(instance: ArtInstance, transport: ServerTransport = "stdio", **options: Any) -> None:
+def serve(
+    instance: ArtInstance, transport: ServerTransport = "stdio", **options: Unpack[ServeOptions]
+) -> None:
     """Sync `aserve` (blocks until the server stops)."""
     asyncio.run(aserve(instance, transport, **options))
 
@@ -406,10 +430,12 @@ class _Tools:
 
     def __init__(self, instance: ArtInstance) -> None:
         self.instance = instance
-        self._validators: dict[str, Any] = {}
+        self._validators: dict[str, Validator] = {}
 
     async def list_tools(
-        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+        self,
+        ctx: ServerRequestContext[dict[str, object]],
+        params: mcp_types.PaginatedRequestParams | None,
     ) -> mcp_types.ListToolsResult:
         from mcp_types import ListToolsResult, Tool, ToolAnnotations
 
@@ -427,7 +453,7 @@ class _Tools:
         )
 
     async def call_tool(
-        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+        self, ctx: ServerRequestContext[dict[str, object]], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         from mcp import MCPError
         from mcp_types import INVALID_PARAMS
@@ -480,7 +506,7 @@ class _Tools:
             suspensions = await self._suspensions(response.metadata.thread_id or thread_id)
         return _run_result(response, thread_id, suspensions)
 
-    def _problems(self, name: str, args: dict[str, Any]) -> list[str]:
+    def _problems(self, name: str, args: Mapping[str, object]) -> list[str]:
         validator = self._validators.get(name)
         if validator is None:
             validator = self._validators[name] = build_validator(TOOLS[name][1])
@@ -488,7 +514,7 @@ class _Tools:
 
     async def _with_progress(
         self,
-        ctx: ServerRequestContext[Any],
+        ctx: ServerRequestContext[dict[str, object]],
         thread_id: str,
         start: Callable[[], Awaitable[AgentFinalResponse]],
     ) -> AgentFinalResponse:
@@ -519,13 +545,13 @@ class _Tools:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await reporter
 
-    async def _suspensions(self, thread_id: str | None) -> list[dict[str, Any]]:
+    async def _suspensions(self, thread_id: str | None) -> list[JsonValue]:
         inst = self.instance
         if thread_id is not None:
             threads = [thread_id]
         else:
             threads = [t.thread_id for t in await inst.alist_threads(limit=100)]
-        found: list[dict[str, Any]] = []
+        found: list[JsonValue] = []
         for thread in threads:
             state = await inst.acheck_for_suspended_state(thread)
             if state is None:
@@ -547,7 +573,7 @@ class _Tools:
 
 
 async def _report_progress(
-    ctx: ServerRequestContext[Any], queue: asyncio.Queue[Event | None]
+    ctx: ServerRequestContext[dict[str, object]], queue: asyncio.Queue[Event | None]
 ) -> None:
     """Send the run's events from `queue` as progress notifications until None comes."""
     total: int | None = None
@@ -577,10 +603,10 @@ async def _report_progress(
 
 
 def _run_result(
-    response: AgentFinalResponse, thread_id: str, suspensions: list[dict[str, Any]]
+    response: AgentFinalResponse, thread_id: str, suspensions: list[JsonValue]
 ) -> mcp_types.CallToolResult:
     meta = response.metadata
-    structured: dict[str, Any] = {
+    structured: JsonObject = {
         "status": meta.status,
         "answer": response.content,
         "thread_id": meta.thread_id or thread_id,
@@ -610,13 +636,14 @@ def _run_result(
     return _structured(structured, text, is_error=meta.status == "error")
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JsonValue:
     """`value` as JSON data, bytes as art's `{"$bytes": "<base64>"}` (`art.core.binary`)."""
-    return to_jsonable_python(bytes_to_json(value), fallback=str)
+    data: JsonValue = to_jsonable_python(bytes_to_json(value), fallback=str)
+    return data
 
 
 def _structured(
-    data: dict[str, Any], text: str | None, *, is_error: bool = False
+    data: JsonObject, text: str | None, *, is_error: bool = False
 ) -> mcp_types.CallToolResult:
     from mcp_types import CallToolResult, TextContent
 
@@ -634,13 +661,15 @@ def _error_result(message: str) -> mcp_types.CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
-def _plan_text(plan: dict[str, Any]) -> str:
+def _plan_text(plan: JsonObject) -> str:
     lines = [f"Plan: {plan.get('title') or 'untitled'}"]
-    for step in plan.get("steps", []):
+    steps = plan.get("steps")
+    for step in steps if isinstance(steps, list) else []:
+        if not isinstance(step, dict):
+            continue
         what = step.get("tool") or "reasoning"
         args = json.dumps(step.get("args", {}), ensure_ascii=False, default=str)
-        after = step.get("dependsOn") or []
-        lines.append(
-            f"- {step.get('id')} {what} {args}" + (f" (after {', '.join(after)})" if after else "")
-        )
+        after = step.get("dependsOn")
+        shown = ", ".join(map(str, after)) if isinstance(after, list) else ""
+        lines.append(f"- {step.get('id')} {what} {args}" + (f" (after {shown})" if shown else ""))
     return "\n".join(lines)

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from art.adapters.mcp.connection import MCPCallError
+from art.core.json import JsonObject
 from art.core.log import get_logger
 from art.core.serialization import safe_stringify
 from art.errors import ToolErrorCode
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["MCPTool", "tool_result"]
 
 log = get_logger(__name__)
-_PERMISSIVE_INPUT: dict[str, Any] = {"type": "object"}
+_PERMISSIVE_INPUT: JsonObject = {"type": "object"}
 # How the server SDKs word a tool call whose arguments failed the tool's input schema: the
 # TypeScript SDK (JSON-RPC's -32602 as an isError result) and the Python SDK (pydantic's
 # message inside its ToolError).
@@ -74,7 +76,7 @@ class ToolCaller(Protocol):
         self,
         server: str,
         tool: str,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         on_progress: ProgressCallback | None = None,
         on_log: LogCallback | None = None,
         on_elicit: ElicitCallback | None = None,
@@ -116,7 +118,7 @@ class MCPTool(IToolExecutor):
     def __repr__(self) -> str:
         return f"MCPTool({self.schema.name!r}, server={self.server_name!r}, mcp={self.mcp_name!r})"
 
-    async def execute(self, input: dict[str, Any], context: ExecutionContext) -> ToolResult:
+    async def execute(self, input: dict[str, object], context: ExecutionContext) -> ToolResult:
         if self.asks_first and context.decision is None:
             return ToolResult(
                 call_id=context.call_id,
@@ -131,7 +133,7 @@ class MCPTool(IToolExecutor):
             title = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
             context.progress(title, {"progress": progress, "total": total, "message": message})
 
-        def on_log(level: str, logger: str | None, data: Any) -> None:
+        def on_log(level: str, logger: str | None, data: object) -> None:
             # A server's log message while the call runs: a `running` update.
             text = data if isinstance(data, str) else safe_stringify(data, 500)
             context.progress(
@@ -168,8 +170,8 @@ class MCPTool(IToolExecutor):
         return tool_result(result, context.call_id, self.schema.name, self._origin())
 
     def _elicited(
-        self, params: mcp_types.ElicitRequestParams, arguments: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, params: mcp_types.ElicitRequestParams, arguments: Mapping[str, object]
+    ) -> dict[str, object]:
         """What the person asked by an elicitation is shown: the server's question and
         the form (answered as the decision's `modified_args`) or the URL to visit."""
         asked = params.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -185,7 +187,7 @@ class MCPTool(IToolExecutor):
     def _origin(self) -> dict[str, str]:
         return {"mcp_server": self.server_name, "mcp_tool": self.mcp_name}
 
-    def _question(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _question(self, arguments: Mapping[str, object]) -> dict[str, object]:
         """What the reviewer of a call is shown."""
         hints = self.mcp_tool.annotations
         return {
@@ -205,7 +207,7 @@ class _Elicitation:
     person's answer (`decision["answer"]`) gets that answer; otherwise the request is
     kept (to suspend the run with it) and cancelled, and any later one declined."""
 
-    def __init__(self, decision: dict[str, Any] | None) -> None:
+    def __init__(self, decision: Mapping[str, object] | None) -> None:
         self._answer = decision.get("answer") if decision else None
         self._answered = False
         self.asked: mcp_types.ElicitRequestParams | None = None
@@ -228,14 +230,14 @@ def tool_result(
     result: mcp_types.CallToolResult,
     call_id: str,
     tool_name: str,
-    metadata: dict[str, Any] | None = None,
+    metadata: Mapping[str, object] | None = None,
 ) -> ToolResult:
     """The ToolResult of an MCP `CallToolResult` (see the module docstring)."""
     blocks = [
         _with_bytes(block.model_dump(mode="json", by_alias=True, exclude_none=True))
         for block in result.content
     ]
-    texts = [block["text"] for block in blocks if block.get("type") == "text"]
+    texts = [str(block["text"]) for block in blocks if block.get("type") == "text"]
     meta = dict(metadata or {})
     if result.is_error:
         if len(texts) < len(blocks):
@@ -254,7 +256,7 @@ def tool_result(
             },
         )
     if result.structured_content is not None:
-        output: Any = result.structured_content
+        output: object = result.structured_content
         meta["content"] = blocks
     elif len(texts) == len(blocks):
         output = "\n".join(texts)
@@ -265,7 +267,7 @@ def tool_result(
     )
 
 
-def _with_bytes(block: dict[str, Any]) -> dict[str, Any]:
+def _with_bytes(block: dict[str, object]) -> dict[str, object]:
     """A content block with its base64 data (an image's or audio's `data`, an embedded
     resource's `blob`) decoded to bytes; left as it is when the base64 is not valid."""
     data = block.get("data")
@@ -292,7 +294,7 @@ def _description(server: str, tool: mcp_types.Tool) -> str:
     return text or f"The {tool.name!r} tool of the MCP server {server!r}."
 
 
-def _input_schema(server: str, tool: mcp_types.Tool) -> dict[str, Any]:
+def _input_schema(server: str, tool: mcp_types.Tool) -> JsonObject:
     """The tool's inputSchema, or a permissive one when it is not valid JSON Schema (the
     server still checks the arguments itself)."""
     from jsonschema.exceptions import SchemaError

@@ -1,0 +1,18 @@
+"""JSON values as Python types: what `json.loads` returns, and what a JSON document holds.
+
+Parameters that only walk data with isinstance checks take `object`; these aliases say
+what a value is once it is known to be JSON (a parsed reply, a JSON Schema, a stored record).
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+__all__ = ["JsonObject", "JsonScalar", "JsonValue"]
+
+#: A JSON scalar: string, number, boolean or null.
+JsonScalar: TypeAlias = str | int | float | bool | None
+#: Any JSON value: a scalar, an array of values or an object of values.
+JsonValue: TypeAlias = "JsonScalar | list[JsonValue] | dict[str, JsonValue]"
+#: A JSON object.
+JsonObject: TypeAlias = "dict[str, JsonValue]"
