@@ -188,8 +188,8 @@ def _typed_value_schema(
             # Digits only as whole numbers the conversation states (or single digits),
             # each followed by a character that is not a digit.
             # A dot as `[.]`: llama.cpp's pattern converter misreads an escaped one.
-            stated = [written.replace(".", "[.]") for written in _by_length(numbers)]
-            number = "(" + "|".join([*stated, "[0-9]"]) + ")"
+            spelled = [written.replace(".", "[.]") for written in _by_length(numbers)]
+            number = "(" + "|".join([*spelled, "[0-9]"]) + ")"
             words = r'[^{}"\\\x00-\x1F0-9]'
             unit = f"({words}|{_reference(steps, path)})" if steps else words
             pattern = f"({number}?{unit}){{{least},{_STRICT_STRING_CHARS}}}{number}?"
