@@ -954,8 +954,15 @@ def test_a_positional_schema_writes_only_the_numbers_the_conversation_states():
                   ({"quantity": 0, "unit_price": 3}, False)]  # fmt: skip
     for args, valid in order_args:
         assert validator.is_valid(plan(*right, ("order_total", args))) is valid, args
-    # Without `numbers`, any number goes.
+    # Without `numbers`, or with more than a grammar should spell out, any number goes.
+    many = [str(n) for n in range(100, 165)]
     free = jsonschema.Draft202012Validator(plan_json_schema(registry, max_steps=3))
+    assert jsonschema.Draft202012Validator(
+        plan_json_schema(registry, max_steps=3, numbers=many)
+    ).is_valid(plan(calc("12 * 7 + 5")))
+    assert not jsonschema.Draft202012Validator(
+        plan_json_schema(registry, max_steps=3, numbers=many[:64])
+    ).is_valid(plan(calc("12 * 7 + 5")))
     assert free.is_valid(
         plan(calc("12 * 7 + 5"), ("order_total", {"quantity": 24, "unit_price": 3}))
     )

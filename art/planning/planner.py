@@ -103,6 +103,9 @@ _PATH = r"([.][A-Za-z0-9_]+)*"
 _SCALAR_TYPES = frozenset({"number", "integer", "boolean", "null"})
 # The longest plain string argument of a positional (grammar) plan schema.
 _STRICT_STRING_CHARS = 100
+# More stated numbers than this leave a positional schema's numbers free: each is a
+# grammar alternative in every argument of every step.
+_STATED_NUMBERS = 64
 # Keywords of a scalar's schema a constrained decoder can honour.
 _SCALAR_KEYWORDS = ("type", "enum", "const", "minimum", "maximum")
 
@@ -321,9 +324,11 @@ def plan_json_schema(
     numbers the conversation states, see `numbers_in`), the numbers a step writes are
     these or single digits: a small model otherwise copies them from its demonstrations.
     A step described by a question takes that question's numbers, not another's (with
-    the `numbers` no question states, such as an earlier turn's). `PLAN_JSON_SCHEMA` is
-    the shape without the tools.
+    the `numbers` no question states, such as an earlier turn's); more than 64 numbers
+    leave them free. `PLAN_JSON_SCHEMA` is the shape without the tools.
     """
+    if numbers is not None and len(set(numbers)) > _STATED_NUMBERS:
+        numbers = None
     asked = [set(numbers_in(question)) for question in descriptions]
     if max_steps is None:
         steps: JsonObject = {"type": "array", "items": _step_variants(registry)}
