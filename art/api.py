@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from art.core.json import JsonObject
 from art.instance import ArtInstance, create_art_instance
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from art.planning.plans import Plan
     from art.queue.runs import RunHandle
     from art.responses import AgentFinalResponse
+    from art.tooling.contract import IToolExecutor
 
 __all__ = [
     "achat",
@@ -43,7 +45,7 @@ _lock = threading.Lock()
 _default: ArtInstance | None = None
 
 
-def _builtin_tools() -> list[Any]:
+def _builtin_tools() -> list[IToolExecutor]:
     try:
         from art.tools import builtin_tools
     except ImportError:
@@ -51,7 +53,7 @@ def _builtin_tools() -> list[Any]:
     return list(builtin_tools())
 
 
-def _build(config: ArtInstanceConfig | None, fields: Mapping[str, Any]) -> ArtInstance:
+def _build(config: ArtInstanceConfig | None, fields: Mapping[str, object]) -> ArtInstance:
     fields = dict(fields)
     if config is None and "tools" not in fields:
         fields["tools"] = _builtin_tools()
@@ -70,7 +72,7 @@ def default_instance() -> ArtInstance:
     return instance
 
 
-def configure(config: ArtInstanceConfig | None = None, **fields: Any) -> ArtInstance:
+def configure(config: ArtInstanceConfig | None = None, **fields: object) -> ArtInstance:
     """(Re)build the default instance from `config` and/or fields; the old one is closed.
 
     Without `tools`, the default instance gets the built-in tools.
@@ -94,28 +96,28 @@ def _reset_default_instance() -> None:
 
 
 def process(
-    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, object] | None = None
 ) -> AgentFinalResponse:
     """Plan, execute and synthesize `query` on `thread_id` (sync; fine in a notebook)."""
     return default_instance().process(query, thread_id, options)
 
 
 async def aprocess(
-    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, object] | None = None
 ) -> AgentFinalResponse:
     """Async `process`."""
     return await default_instance().aprocess(query, thread_id, options)
 
 
 def submit(
-    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, object] | None = None
 ) -> RunHandle:
     """Queue `query` on `thread_id`; returns the run's handle at once (see docs/deployment.md)."""
     return default_instance().submit(query, thread_id, options)
 
 
 async def asubmit(
-    query: str, thread_id: str, options: ProcessOptions | Mapping[str, Any] | None = None
+    query: str, thread_id: str, options: ProcessOptions | Mapping[str, object] | None = None
 ) -> RunHandle:
     """Async `submit`."""
     return await default_instance().asubmit(query, thread_id, options)
@@ -134,8 +136,8 @@ async def aplan(query: str, thread_id: str | None = None) -> Plan:
 def resume_execution(
     thread_id: str,
     suspension_id: str,
-    decision: Decision | Mapping[str, Any] | bool,
-    options: ProcessOptions | Mapping[str, Any] | None = None,
+    decision: Decision | Mapping[str, object] | bool,
+    options: ProcessOptions | Mapping[str, object] | None = None,
 ) -> AgentFinalResponse:
     """Decide a suspended step; the run finishes once all its suspensions are decided."""
     return default_instance().resume_execution(thread_id, suspension_id, decision, options)
@@ -144,8 +146,8 @@ def resume_execution(
 async def aresume_execution(
     thread_id: str,
     suspension_id: str,
-    decision: Decision | Mapping[str, Any] | bool,
-    options: ProcessOptions | Mapping[str, Any] | None = None,
+    decision: Decision | Mapping[str, object] | bool,
+    options: ProcessOptions | Mapping[str, object] | None = None,
 ) -> AgentFinalResponse:
     """Async `resume_execution`."""
     return await default_instance().aresume_execution(thread_id, suspension_id, decision, options)
@@ -161,8 +163,8 @@ def chat(
     *,
     model: str | None = None,
     system_prompt: str | None = None,
-    llm_params: Mapping[str, Any] | None = None,
-    response_format: dict[str, Any] | None = None,
+    llm_params: Mapping[str, object] | None = None,
+    response_format: JsonObject | None = None,
 ) -> ChatResponse:
     """One LLM call outside any run, through the default instance (see `ArtInstance.achat`)."""
     return default_instance().chat(
@@ -179,8 +181,8 @@ async def achat(
     *,
     model: str | None = None,
     system_prompt: str | None = None,
-    llm_params: Mapping[str, Any] | None = None,
-    response_format: dict[str, Any] | None = None,
+    llm_params: Mapping[str, object] | None = None,
+    response_format: JsonObject | None = None,
 ) -> ChatResponse:
     """Async `chat`."""
     return await default_instance().achat(
@@ -197,7 +199,7 @@ async def chat_stream(
     *,
     model: str | None = None,
     system_prompt: str | None = None,
-    llm_params: Mapping[str, Any] | None = None,
+    llm_params: Mapping[str, object] | None = None,
 ) -> AsyncIterator[ChatStreamChunk]:
     """`achat`, streamed (see `ArtInstance.chat_stream`)."""
     chunks = default_instance().chat_stream(

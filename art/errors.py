@@ -21,7 +21,6 @@ and storage that cannot be opened (there is nowhere to record a response).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
 
 __all__ = [
     "RETRYABLE_MODEL_ERRORS",
@@ -116,7 +115,7 @@ class ArtError(Exception):
 
     code: str = "ART_ERROR"
 
-    def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, details: object = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any, TextIO
+from typing import TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -220,7 +220,7 @@ def _is_litellms(handler: logging.Handler) -> bool:
     )
 
 
-def _is_terminal(stream: Any) -> bool:
+def _is_terminal(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):

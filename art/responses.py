@@ -99,7 +99,7 @@ class StepRecord(ArtModel):
     decision: JsonDict | None = None
 
     @property
-    def output(self) -> Any:
+    def output(self) -> object:
         return self.result.output if self.result is not None else None
 
 

@@ -13,11 +13,11 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
@@ -33,6 +33,7 @@ from art.cli.common import (
     ApiKeyEnvOption,
     CliError,
     FullOption,
+    InstanceFields,
     JsonOption,
     McpConfigOption,
     ModelOption,
@@ -68,11 +69,12 @@ if TYPE_CHECKING:
     from rich.text import Text
     from rich.tree import Tree
 
+    from art.core.json import JsonObject
     from art.instance import ArtInstance
     from art.observe.events import Event
     from art.planning.plans import Plan
     from art.responses import AgentFinalResponse, StepRecord
-    from art.storage.contract import StorageAdapter
+    from art.storage.contract import RunRecord, StorageAdapter, StoredEvent
 
 # The names other modules and scripts import from the command's entry module.
 __all__ = [
@@ -186,7 +188,7 @@ def run(
     """Plan and run QUERY, showing the plan as a live tree, then the answer."""
     out = Output(json=json_output)
     thread_id = thread or f"cli-{uuid.uuid4().hex[:8]}"
-    options: dict[str, Any] = {}
+    options: dict[str, object] = {}
     if eager is not None:
         options["execution_config"] = {"eager_execution": eager}
     if only:
@@ -349,7 +351,7 @@ def fork(
             view = RunView(thread_id=thread_id)
             view.phase = "executing"  # a fork does not plan
 
-            def start() -> Coroutine[Any, Any, AgentFinalResponse]:
+            def start() -> Coroutine[object, None, AgentFinalResponse]:
                 return inst.afork(thread_id, run_id, step_id, args=step_args)
 
             response = await _live(out, view, _subscribed_events(inst, start, view))
@@ -358,7 +360,7 @@ def fork(
     exit_with(guard(out, do_fork))
 
 
-def _json_object(text: str, option: str) -> dict[str, Any]:
+def _json_object(text: str, option: str) -> JsonObject:
     import json
 
     try:
@@ -545,7 +547,7 @@ async def _run(
     query: str,
     thread_id: str,
     launch: Launch,
-    options: dict[str, Any],
+    options: Mapping[str, object],
     *,
     full: bool = False,
 ) -> int:
@@ -589,12 +591,12 @@ def _resume_events(
     inst: ArtInstance,
     thread_id: str,
     suspension_id: str,
-    decision: dict[str, Any],
+    decision: Mapping[str, object],
     view: RunView,
 ) -> AsyncIterator[Event]:
     """The events of a resumed run."""
 
-    def start() -> Coroutine[Any, Any, AgentFinalResponse]:
+    def start() -> Coroutine[object, None, AgentFinalResponse]:
         return inst.aresume_execution(thread_id, suspension_id, decision)
 
     return _subscribed_events(inst, start, view)
@@ -602,7 +604,7 @@ def _resume_events(
 
 async def _subscribed_events(
     inst: ArtInstance,
-    start: Callable[[], Coroutine[Any, Any, AgentFinalResponse]],
+    start: Callable[[], Coroutine[object, None, AgentFinalResponse]],
     view: RunView,
 ) -> AsyncIterator[Event]:
     """The events of the run `start()` makes, through a subscription (a resume or a fork
@@ -753,7 +755,22 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _ask_decision(out: Output, suspension: dict[str, Any]) -> dict[str, Any]:
+class _Pending(TypedDict):
+    """A pending suspension, as the commands show and answer it."""
+
+    suspension_id: str
+    step_id: str
+    tool: str
+    args: dict[str, object] | None
+    prompt: object
+
+
+class _Decision(TypedDict):
+    approved: bool
+    reason: str | None
+
+
+def _ask_decision(out: Output, suspension: _Pending) -> _Decision:
     from rich.panel import Panel
     from rich.prompt import Confirm, Prompt
 
@@ -772,7 +789,7 @@ def _ask_decision(out: Output, suspension: dict[str, Any]) -> dict[str, Any]:
     return {"approved": approved, "reason": reason or None}
 
 
-async def _pending_suspensions(inst: ArtInstance, thread_id: str) -> list[dict[str, Any]]:
+async def _pending_suspensions(inst: ArtInstance, thread_id: str) -> list[_Pending]:
     """The run's pending suspensions as dicts (suspension_id, step_id, tool, args, prompt)."""
     state = await inst.acheck_for_suspended_state(thread_id)
     if state is None:
@@ -824,9 +841,9 @@ class Launch:
             self.model, self.storage, self.tools, self.mcp_config, self._provider_fields()
         )
 
-    def _provider_fields(self) -> dict[str, Any]:
+    def _provider_fields(self) -> InstanceFields:
         """The ArtInstanceConfig fields of --api-base, --api-key-env and --timeout."""
-        fields: dict[str, Any] = {}
+        fields: InstanceFields = {}
         if self.api_base:
             fields["api_base"] = self.api_base
         if self.api_key_env:
@@ -980,7 +997,7 @@ class RunView:
         step.status = status
         step.reason = data.get("reason") or step.reason
 
-    def _resumed(self, data: dict[str, Any], at: datetime) -> None:
+    def _resumed(self, data: Mapping[str, object], at: datetime) -> None:
         """A decision completes (approved) or fails (rejected) the waiting step."""
         step = self.steps.get(str(data.get("step_id")))
         decision = data.get("decision") or {}
@@ -994,7 +1011,7 @@ class RunView:
         step.note = None
         step.reason = f"{verdict}: {reason}" if reason else verdict
 
-    def _take_response(self, data: dict[str, Any]) -> None:
+    def _take_response(self, data: Mapping[str, object]) -> None:
         from art.responses import AgentFinalResponse
 
         payload = data.get("response")
@@ -1027,7 +1044,7 @@ class RunView:
 
 
 def plan_tree(
-    plan: dict[str, Any],
+    plan: Mapping[str, object],
     steps: dict[str, StepView],
     *,
     live: bool = False,
@@ -1120,7 +1137,7 @@ def summary_line(response: AgentFinalResponse, thread_id: str) -> Text:
     return Text.assemble((meta.status, f"bold {status_style}"), ("  " + " · ".join(parts), "dim"))
 
 
-def display_panel(tool_name: str, step_id: str, output: Any) -> RenderableType:
+def display_panel(tool_name: str, step_id: str, output: object) -> RenderableType:
     """A display tool's output: markdown, a table (rows of dicts or lists), or JSON."""
     from rich.panel import Panel
 
@@ -1129,7 +1146,7 @@ def display_panel(tool_name: str, step_id: str, output: Any) -> RenderableType:
     return Panel(_display_body(output), title=escape(heading), expand=False, border_style="cyan")
 
 
-def _display_body(output: Any) -> RenderableType:
+def _display_body(output: object) -> RenderableType:
     from rich.json import JSON
     from rich.table import Table
     from rich.text import Text
@@ -1159,7 +1176,7 @@ def _display_body(output: Any) -> RenderableType:
     return JSON(json.dumps(output, default=_shown))
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """How a value JSON has no form for is shown: bytes described, the rest as text."""
     from art.core.binary import describe_bytes
 
@@ -1186,7 +1203,7 @@ def binary_lines(steps: Iterable[StepRecord]) -> list[str]:
     return lines
 
 
-def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableType:
+def timeline(thread_id: str, runs: list[RunRecord], events: list[StoredEvent]) -> RenderableType:
     """A thread's runs and stored events as a table, indented by span depth."""
     from rich.console import Group
     from rich.table import Table
@@ -1221,7 +1238,7 @@ def timeline(thread_id: str, runs: list[Any], events: list[Any]) -> RenderableTy
     return Group(header, Text(""), table)
 
 
-def _event_details(event: Any) -> Text:
+def _event_details(event: StoredEvent) -> Text:
     from rich.text import Text
 
     data = event.data or {}
@@ -1266,7 +1283,7 @@ def _event_details(event: Any) -> Text:
 
 
 # -- small helpers ----------------------------------------------------------------------
-def _wire_with_dependencies(plan: Plan) -> dict[str, Any]:
+def _wire_with_dependencies(plan: Plan) -> JsonObject:
     """The plan's wire form with each step's `dependsOn` listing the steps its references
     imply too, as the tree, Mermaid and snapshots show them (it reads back the same DAG)."""
     wire = plan.to_wire()
@@ -1283,7 +1300,7 @@ def _run_status(status: str | None) -> str | None:
     return _RUN_STATUS_WORDS.get(status or "", status)
 
 
-def _prompt_text(suspension: dict[str, Any]) -> str:
+def _prompt_text(suspension: _Pending) -> str:
     prompt = suspension.get("prompt")
     if isinstance(prompt, dict):
         prompt = prompt.get("question") or prompt.get("prompt") or prompt.get("message") or prompt

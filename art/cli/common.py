@@ -15,9 +15,10 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, TextIO, TypedDict, cast
 
 import typer
 
@@ -28,7 +29,10 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
+    from art.config import ExecutionConfig
+    from art.core.json import JsonValue
     from art.instance import ArtInstance
+    from art.tooling.contract import IToolExecutor
 
 __all__ = [
     "EXIT_ERROR",
@@ -197,7 +201,7 @@ class Output:
     # Under --json, the command's stdout while everything else printed goes to stderr.
     json_stream: TextIO | None = None
 
-    def emit_json(self, document: Any) -> None:
+    def emit_json(self, document: object) -> None:
         from art.core.redaction import known_secrets
 
         document = known_secrets().mask(document)
@@ -261,7 +265,7 @@ def make_console(*, stderr: bool = False) -> Console:
 PIPED_WIDTH = 1000
 
 
-def _is_terminal(stream: Any) -> bool:
+def _is_terminal(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
@@ -282,8 +286,20 @@ class _Masked:
             text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
         return self._stream.write(known_secrets().text(text))
 
-    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno...
+    def __getattr__(self, name: str) -> object:  # flush, isatty, encoding, fileno...
         return getattr(self._stream, name)
+
+
+class InstanceFields(TypedDict, total=False):
+    """The ArtInstanceConfig fields a command's options give."""
+
+    tools: list[IToolExecutor]
+    model: str
+    storage: str
+    mcp_servers: Path
+    api_base: str
+    api_key_env: str
+    execution_config: ExecutionConfig | dict[str, float]
 
 
 def build_instance(
@@ -291,7 +307,7 @@ def build_instance(
     storage: str | None,
     tools: list[str] | None,
     mcp_config: Path | None = None,
-    provider: dict[str, Any] | None = None,
+    provider: InstanceFields | None = None,
 ) -> ArtInstance:
     """The instance a command runs on (an async context manager: closed after use)."""
     fields = instance_fields(model, storage, tools)
@@ -303,11 +319,11 @@ def build_instance(
 
 def instance_fields(
     model: str | None, storage: str | None, tools: list[str] | None
-) -> dict[str, Any]:
+) -> InstanceFields:
     """The instance fields of --model, --storage and --tools, read the same way by every
     command: a model as `load_model` resolves it ($ART_MODEL when not given), tools as
     `load_tools` loads them (the built-in tools when not given)."""
-    fields: dict[str, Any] = {"tools": load_tools(tools) if tools else builtin_tools()}
+    fields: InstanceFields = {"tools": load_tools(tools) if tools else builtin_tools()}
     model = model or os.environ.get("ART_MODEL")
     if model:
         fields["model"] = load_model(model)
@@ -316,17 +332,17 @@ def instance_fields(
     return fields
 
 
-def builtin_tools() -> list[Any]:
+def builtin_tools() -> list[IToolExecutor]:
     """The built-in tools (art.tools), what a command runs with when --tools is not given."""
     from art import tools
 
     return list(tools.builtin_tools())
 
 
-def load_tools(specs: Iterable[str]) -> list[Any]:
+def load_tools(specs: Iterable[str]) -> list[IToolExecutor]:
     """Tools from `module:attr` or `path/file.py:attr` specs: a tool instance, an
     IToolExecutor subclass, a list of either, or a factory returning them."""
-    tools: list[Any] = []
+    tools: list[IToolExecutor] = []
     for spec in specs:
         target, sep, attr = spec.rpartition(":")
         if not sep or not target or not attr:
@@ -401,7 +417,7 @@ def _working_directory_importable() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
+def _import_target(target: str, spec: str, option: str = "--tools") -> ModuleType:
     try:
         if target.endswith(".py") or os.sep in target or "/" in target:
             path = Path(target).expanduser().resolve()
@@ -432,7 +448,7 @@ def _import_target(target: str, spec: str, option: str = "--tools") -> Any:
         ) from None
 
 
-def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:
+def _as_tools(value: object, spec: str, depth: int = 0) -> list[IToolExecutor]:
     from art.tooling.contract import IToolExecutor
 
     if isinstance(value, IToolExecutor):
@@ -452,7 +468,7 @@ def _as_tools(value: Any, spec: str, depth: int = 0) -> list[Any]:
 
 
 # -- error handling ---------------------------------------------------------------------
-def guard(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
+def guard(out: Output, body: Callable[[], Coroutine[object, None, int]]) -> int:
     """Run a command's async body, turning failures into one readable line and an exit code."""
     if out.json:
         with _json_only_on_stdout(out):
@@ -460,7 +476,7 @@ def guard(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
     return _guarded(out, body)
 
 
-def _guarded(out: Output, body: Callable[[], Coroutine[Any, Any, int]]) -> int:
+def _guarded(out: Output, body: Callable[[], Coroutine[object, None, int]]) -> int:
     import asyncio
 
     try:
@@ -523,7 +539,7 @@ def status_text(status: str) -> Text:
     return Text(status, style=RUN_STATUS_STYLE.get(status, "default"))
 
 
-def compact(value: Any, limit: int | None) -> str:
+def compact(value: object, limit: int | None) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
     except (TypeError, ValueError):
@@ -531,9 +547,9 @@ def compact(value: Any, limit: int | None) -> str:
     return text if limit is None else one_line(text, limit)
 
 
-def key_values(pairs: Iterable[str], option: str) -> dict[str, Any]:
+def key_values(pairs: Iterable[str], option: str) -> dict[str, JsonValue]:
     """`KEY=VALUE` pairs as a dict; a value that is JSON is read as JSON, else text."""
-    found: dict[str, Any] = {}
+    found: dict[str, JsonValue] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
@@ -556,7 +572,7 @@ def escape(text: str) -> str:
     return escape(str(text))
 
 
-def format_duration(delta: Any) -> str:
+def format_duration(delta: timedelta) -> str:
     return format_seconds(max(delta.total_seconds(), 0.0))
 
 

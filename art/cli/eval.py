@@ -26,6 +26,9 @@ from art.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from art.core.json import JsonValue
     from art.evaluation import CaseResult, Dataset, EvalReport
     from art.instance import ArtInstance
 
@@ -176,7 +179,7 @@ def _instance(
     model: str | None,
     tools: list[str] | None,
     guidance: str | None,
-    llm_params: dict[str, Any],
+    llm_params: Mapping[str, JsonValue],
 ) -> ArtInstance:
     """The instance a side runs on: the dataset's tools (a file named relative to the
     dataset) unless --tools names others, memory storage (each case gets a thread of

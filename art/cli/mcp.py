@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from art.cli.common import (
     EXIT_ERROR,
@@ -23,6 +23,9 @@ from art.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from art.adapters.mcp.client import ServerStatus
+    from art.adapters.mcp.tools import MCPTool
+    from art.core.json import JsonObject
     from art.tooling.contract import ToolSchema
 
 __all__ = ["list_tools", "serve_command"]
@@ -121,7 +124,18 @@ async def list_tools(out: Output, tools: list[str] | None, mcp_config: Path | No
     return EXIT_ERROR if failed else EXIT_OK
 
 
-def _local_row(schema: ToolSchema, source: str) -> dict[str, Any]:
+class _ToolRow(TypedDict):
+    """A tool as `art tools` lists it."""
+
+    name: str
+    source: str
+    mcp_tool: NotRequired[str]
+    description: str
+    input_schema: JsonObject
+    output_schema: NotRequired[JsonObject | None]
+
+
+def _local_row(schema: ToolSchema, source: str) -> _ToolRow:
     return {
         "name": schema.name,
         "source": source,
@@ -130,7 +144,7 @@ def _local_row(schema: ToolSchema, source: str) -> dict[str, Any]:
     }
 
 
-def _mcp_row(tool: Any) -> dict[str, Any]:
+def _mcp_row(tool: MCPTool) -> _ToolRow:
     schema = tool.schema
     return {
         "name": schema.name,
@@ -142,7 +156,7 @@ def _mcp_row(tool: Any) -> dict[str, Any]:
     }
 
 
-def _print_tools(out: Output, rows: list[dict[str, Any]], servers: list[Any]) -> None:
+def _print_tools(out: Output, rows: list[_ToolRow], servers: list[ServerStatus]) -> None:
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", pad_edge=False)

@@ -7,7 +7,7 @@ the command, so `art --help` stays fast.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from art.config import QueueConfig
     from art.instance import ArtInstance
     from art.queue.backend import QueueWorker
-    from art.queue.jobs import QueueStats
+    from art.queue.contract import QueueBackend
+    from art.queue.jobs import QueuedRun, QueueStats
+    from art.storage.contract import RunRecord
 
 __all__ = ["register_queue_commands"]
 
@@ -336,7 +338,7 @@ def register_queue_commands(app: typer.Typer) -> None:
 
 # -- helpers ----------------------------------------------------------------------------
 def _queue_config(
-    queue: str | None, *, base: QueueConfig | None = None, **changes: Any
+    queue: str | None, *, base: QueueConfig | None = None, **changes: object
 ) -> QueueConfig:
     from pydantic import ValidationError
 
@@ -353,7 +355,7 @@ def _queue_config(
         raise CliError("CONFIG_ERROR", f"bad queue option: {problems}", EXIT_USAGE) from None
 
 
-def _announce(out: Output, inst: ArtInstance, queue_worker: QueueWorker[Any]) -> None:
+def _announce(out: Output, inst: ArtInstance, queue_worker: QueueWorker[QueueBackend]) -> None:
     config = inst.config.queue
     out.errors.print(
         f"[bold]art worker[/] on {inst.storage!r}, queue [bold]{config.name}[/]: "
@@ -377,7 +379,7 @@ def _print_submitted(out: Output, run_id: str, thread_id: str, stats: QueueStats
     out.console.print(f"[dim]{note}[/]")
 
 
-def _print_ended(out: Output, record: Any) -> None:
+def _print_ended(out: Output, record: RunRecord) -> None:
 
     if record.error is not None:
         out.errors.print(f"[red bold]error[/] [red]{record.error.code}[/]: {record.error.message}")
@@ -457,7 +459,7 @@ def _act_on_run(
     exit_with(guard(out, act))
 
 
-def _print_runs(out: Output, found: list[Any]) -> None:
+def _print_runs(out: Output, found: list[QueuedRun]) -> None:
     from rich.table import Table
 
     if not found:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from art.cli.common import CliError, instance_fields
+
+if TYPE_CHECKING:
+    from art.config import ExecutionConfig
 
 __all__ = ["serve_command"]
 
@@ -255,7 +258,7 @@ def serve_command(
     )
 
 
-def _execution_config(text: str) -> object:
+def _execution_config(text: str) -> ExecutionConfig:
     import json
 
     from art.config import ExecutionConfig

@@ -129,7 +129,7 @@ class Dataset(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _one_tools_spec(cls, value: Any) -> Any:
+    def _one_tools_spec(cls, value: object) -> object:
         if isinstance(value, Mapping) and isinstance(value.get("tools"), str):
             return {**value, "tools": [value["tools"]]}
         return value
@@ -157,13 +157,13 @@ class Dataset(_Strict):
         return self
 
 
-def load_dataset(source: str | Path | Mapping[str, Any] | Dataset) -> Dataset:
+def load_dataset(source: str | Path | Mapping[str, object] | Dataset) -> Dataset:
     """The dataset in a YAML or JSON file (or already read into a mapping)."""
     if isinstance(source, Dataset):
         return source
     directory: Path | None = None
     if isinstance(source, Mapping):
-        data: Any = source
+        data: object = source
         where = "the dataset"
     else:
         path = Path(source)
@@ -183,7 +183,7 @@ def load_dataset(source: str | Path | Mapping[str, Any] | Dataset) -> Dataset:
     return dataset
 
 
-def _parse(text: str, path: Path) -> Any:
+def _parse(text: str, path: Path) -> object:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
@@ -196,7 +196,7 @@ def _parse(text: str, path: Path) -> Any:
         raise DatasetError(f"{path}: not valid YAML: {exc}") from None
 
 
-def _problems(error: ValidationError, data: Mapping[str, Any]) -> str:
+def _problems(error: ValidationError, data: Mapping[str, object]) -> str:
     """Each problem with the case it is in named (`cases[3] (price-in-euros).expect...`)."""
     raw = data.get("cases")
     cases: list[Any] = raw if isinstance(raw, list) else []

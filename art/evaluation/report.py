@@ -10,10 +10,11 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, computed_field
 
+from art.core.json import JsonObject
 from art.evaluation.results import CaseResult
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def load_reports(path: str | Path) -> list[EvalReport]:
     return [EvalReport.model_validate(_without_totals(run)) for run in runs]
 
 
-def _without_totals(run: dict[str, Any]) -> dict[str, Any]:
+def _without_totals(run: JsonObject) -> JsonObject:
     return {key: value for key, value in run.items() if key != "totals"}
 
 

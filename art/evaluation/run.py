@@ -14,12 +14,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from art.evaluation.dataset import ArgExpectation, Case, Dataset, load_dataset
 from art.evaluation.results import CaseResult
 
 if TYPE_CHECKING:
+    from art.evaluation.report import EvalReport
     from art.instance import ArtInstance
     from art.observe.events import Event
     from art.planning.plans import Plan
@@ -186,7 +187,7 @@ def _arg_met(expectation: ArgExpectation, plan: Plan | None) -> bool:
     return False
 
 
-def _same(value: Any, expected: Any) -> bool:
+def _same(value: object, expected: object) -> bool:
     if isinstance(value, int | float) and isinstance(expected, int | float):
         return not isinstance(value, bool) and math.isclose(value, expected, rel_tol=1e-9)
     return bool(value == expected)
@@ -271,8 +272,19 @@ async def _judge(result: CaseResult, case: Case, instance: ArtInstance) -> None:
         result.failures.append(f"judge: {verdict[:300]}")
 
 
+class EvaluateOptions(TypedDict, total=False):
+    """`aevaluate`'s keyword options, which `evaluate` passes on."""
+
+    plan_only: bool
+    concurrency: int
+    timeout_s: float | None
+    judge: bool
+    label: str | None
+    on_result: Callable[[CaseResult], object] | None
+
+
 async def aevaluate(
-    dataset: Dataset | str | Path | Mapping[str, Any],
+    dataset: Dataset | str | Path | Mapping[str, object],
     instance: ArtInstance,
     *,
     plan_only: bool = False,
@@ -280,8 +292,8 @@ async def aevaluate(
     timeout_s: float | None = None,
     judge: bool = False,
     label: str | None = None,
-    on_result: Callable[[CaseResult], Any] | None = None,
-) -> Any:
+    on_result: Callable[[CaseResult], object] | None = None,
+) -> EvalReport:
     """Every case of `dataset` on `instance`, at most `concurrency` at a time, as an
     `EvalReport` (`on_result` is called as each case finishes: progress)."""
     from art.evaluation.report import EvalReport
@@ -315,9 +327,9 @@ async def aevaluate(
 
 
 def evaluate(
-    dataset: Dataset | str | Path | Mapping[str, Any],
+    dataset: Dataset | str | Path | Mapping[str, object],
     instance: ArtInstance,
-    **options: Any,
-) -> Any:
+    **options: Unpack[EvaluateOptions],
+) -> EvalReport:
     """Sync `aevaluate`, on the instance's own event loop (where its storage lives)."""
     return instance._sync(aevaluate(dataset, instance, **options))

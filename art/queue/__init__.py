@@ -13,7 +13,7 @@ Names load on first use, so the `art` command can register its queue commands ch
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _EXPORTS: dict[str, str] = {
     "QueueConfig": "art.config",
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'art.queue' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from art.core.log import get_logger
 
@@ -38,13 +38,14 @@ class QueueRunner(Protocol):
         self,
         query: str,
         thread_id: str,
-        options: ProcessOptions | Mapping[str, Any] | None = None,
+        options: ProcessOptions | Mapping[str, object] | None = None,
     ) -> AgentFinalResponse: ...
 
     def cancel(self, thread_id: str, reason: str = ..., *, run_id: str | None = None) -> bool: ...
 
 
-BackendT = TypeVar("BackendT", bound="QueueBackend")
+# covariant: a worker of one kind of queue is a worker of a QueueBackend
+BackendT = TypeVar("BackendT", bound="QueueBackend", covariant=True)
 
 
 class QueueWorker(ABC, Generic[BackendT]):
@@ -148,5 +149,5 @@ class QueueBackend(ABC):
     @abstractmethod
     def worker(
         self, instance: QueueRunner, *, name: str | None = None, signals: bool = False
-    ) -> QueueWorker[Any]:
+    ) -> QueueWorker[QueueBackend]:
         """A worker running this queue's jobs with `instance` (same storage)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from art.core.log import get_logger
 from art.core.spans import new_trace_id
@@ -248,7 +249,7 @@ class RunJob:
         finally:
             self._running = False
 
-    async def _attempt(self, options: dict[str, Any]) -> RunState | None:
+    async def _attempt(self, options: Mapping[str, object]) -> RunState | None:
         """Run the run once; its end, or None when its thread was busy."""
         spec, storage = self.spec, self.instance.storage
         if self.cancel_reason is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from art.core.json import JsonObject
 from art.core.models import ArtModel
 
 __all__ = [
@@ -56,7 +57,7 @@ class JobSpec:
     options: dict[str, Any]
     submitted_at: str  # ISO 8601, UTC
 
-    def to_args(self) -> dict[str, Any]:
+    def to_args(self) -> JsonObject:
         return {
             "run_id": self.run_id,
             "thread_id": self.thread_id,

@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Required, TypedDict, TypeVar, Unpack
 
 import psycopg
 from procrastinate import App, BaseRetryStrategy, JobContext, PsycopgConnector, RetryDecision
@@ -58,6 +58,7 @@ from procrastinate.schema import SchemaManager
 from psycopg_pool import AsyncConnectionPool
 
 from art.adapters.postgres import fetch_value, redact_url
+from art.core.json import JsonValue
 from art.core.log import get_logger
 from art.errors import StorageError
 from art.queue.contract import QueueBackend, QueueWorker
@@ -606,12 +607,27 @@ class ProcrastinateQueue(QueueBackend):
         )
 
 
+class _WorkerOptions(TypedDict, total=False):
+    """The procrastinate Worker settings art's worker gives."""
+
+    app: Required[App]
+    queues: list[str]
+    name: str
+    concurrency: int
+    fetch_job_polling_interval: float
+    abort_job_polling_interval: float
+    shutdown_graceful_timeout: float | None
+    install_signal_handlers: bool
+    update_heartbeat_interval: float
+    stalled_worker_timeout: float
+
+
 class _Worker(pq_worker.Worker):
     """procrastinate's worker with art's take-over loop; it ends only the jobs it still holds
     (not one taken over while it was presumed dead), and looks for the next run of a thread
     at once when a run of it ends (procrastinate announces new jobs, not freed locks)."""
 
-    def __init__(self, owner: ProcrastinateWorker, **options: Any) -> None:
+    def __init__(self, owner: ProcrastinateWorker, **options: Unpack[_WorkerOptions]) -> None:
         super().__init__(**options)
         self.owner = owner
 
@@ -622,7 +638,7 @@ class _Worker(pq_worker.Worker):
             self.owner.stopped = True
         super().stop()  # type: ignore[no-untyped-call]  # procrastinate's, unannotated
 
-    def _start_side_tasks(self) -> list[asyncio.Task[Any]]:
+    def _start_side_tasks(self) -> list[asyncio.Task[None]]:
         # procrastinate's side tasks stop the worker when one raises, as its heartbeat and
         # listener do when the database goes away; these outlive an outage of any length.
         # (Its periodic deferrer is left out: art's queue has no periodic task.)
@@ -665,8 +681,14 @@ class _Worker(pq_worker.Worker):
             delay = min(delay * 2, MAX_STORAGE_RETRY_S)
             self._new_job_event.set()  # look for what was announced meanwhile
 
-    async def _persist_job_status(self, *args: Any, **kwargs: Any) -> None:
-        job: Job = kwargs["job"]
+    async def _persist_job_status(
+        self,
+        job: Job,
+        status: Status,
+        retry_decision: RetryDecision | None,
+        context: JobContext,
+        job_result: pq_job_context.JobResult | None,
+    ) -> None:
         assert job.id is not None and self.worker_id is not None
         job_id, worker_id = job.id, self.worker_id
         if not await patiently(
@@ -680,7 +702,13 @@ class _Worker(pq_worker.Worker):
 
         async def persist() -> None:
             async with self.owner.queue.reaching():
-                await super(_Worker, self)._persist_job_status(*args, **kwargs)
+                await super(_Worker, self)._persist_job_status(
+                    job=job,
+                    status=status,
+                    retry_decision=retry_decision,
+                    context=context,
+                    job_result=job_result,
+                )
 
         await patiently("recording a run's end", persist)
         self._new_job_event.set()
@@ -755,7 +783,7 @@ class _Worker(pq_worker.Worker):
         )
         self._running_jobs[task] = context
 
-        def on_job_complete(task: asyncio.Task[Any]) -> None:
+        def on_job_complete(task: asyncio.Task[None]) -> None:
             del self._running_jobs[task]
             self._job_semaphore.release()
             if self.owner.alone == job_id:
@@ -768,8 +796,15 @@ class _Worker(pq_worker.Worker):
 class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
     """A procrastinate worker running art's `art.engine.run` jobs with one instance."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        queue: ProcrastinateQueue,
+        instance: QueueRunner,
+        *,
+        name: str | None = None,
+        signals: bool = False,
+    ) -> None:
+        super().__init__(queue, instance, name=name, signals=signals)
         self._worker: _Worker | None = None
         self.stopped = False
         # Set while one of the worker's lives ends so that another begins (`restart`).
@@ -822,7 +857,7 @@ class ProcrastinateWorker(QueueWorker[ProcrastinateQueue]):
             await patiently("reaching the database", self.queue.ping)
             log.info("the database answers: the worker starts again", name=self.name)
 
-    async def _run_job(self, context: JobContext, /, **args: Any) -> RunState:
+    async def _run_job(self, context: JobContext, /, **args: JsonValue) -> RunState:
         spec = JobSpec.from_args(args)
         worker_id = self._worker.worker_id if self._worker is not None else None
         assert worker_id is not None

@@ -38,7 +38,7 @@ from art.storage.contract import ACTIVE_RUN_STATES, RunRecord, StorageAdapter
 from art.storage.opening import open_storage
 
 if TYPE_CHECKING:
-    from art.queue.contract import QueueRunner
+    from art.queue.contract import QueueBackend, QueueRunner
     from art.storage.contract import StorageAdapter
 
 __all__ = ["RunHandle", "RunQueue"]
@@ -64,7 +64,7 @@ class RunQueue:
     def __init__(
         self,
         storage: StorageAdapter | str | None = None,
-        config: QueueConfig | Mapping[str, Any] | None = None,
+        config: QueueConfig | Mapping[str, object] | None = None,
         *,
         instance: QueueRunner | None = None,
         sync: SyncRunner | None = None,
@@ -83,7 +83,7 @@ class RunQueue:
         self._sync = sync
         self._opened = False
         self._closed = False
-        self._worker: QueueWorker[Any] | None = None
+        self._worker: QueueWorker[QueueBackend] | None = None
         self._worker_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -118,7 +118,7 @@ class RunQueue:
         )
 
     @staticmethod
-    async def _serve(worker: QueueWorker[Any]) -> None:
+    async def _serve(worker: QueueWorker[QueueBackend]) -> None:
         try:
             await worker.run()
         except Exception:
@@ -151,7 +151,7 @@ class RunQueue:
         self,
         query: str,
         thread_id: str,
-        options: ProcessOptions | Mapping[str, Any] | None = None,
+        options: ProcessOptions | Mapping[str, object] | None = None,
     ) -> RunHandle:
         """Queue `query` on `thread_id`; returns once the job is stored (committed).
 
@@ -259,7 +259,7 @@ class RunQueue:
         await self.open()
         return await self.backend.discard(run_id)
 
-    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run_sync(self, coro: Coroutine[object, None, T]) -> T:
         if self._sync is None:
             coro.close()
             raise RuntimeError(
@@ -332,7 +332,7 @@ class RunHandle:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, _MAX_POLL_S)
 
-    def __await__(self) -> Generator[Any, None, RunRecord]:
+    def __await__(self) -> Generator[object, None, RunRecord]:
         return self.result().__await__()
 
     def wait(self, timeout: float | None = None) -> RunRecord:

@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import field_validator
 
@@ -94,7 +94,19 @@ async def run_schedules(queue: RunQueue, schedules: Sequence[Schedule]) -> None:
         upcoming[index] = (schedule.after(fire), index)
 
 
-def _croniter() -> Any:
+class _Cron(Protocol):
+    def get_next(self, ret_type: type[datetime]) -> datetime: ...
+
+
+class _Croniter(Protocol):
+    """The part of croniter's class that schedules use."""
+
+    def __call__(self, expr_format: str, start_time: datetime) -> _Cron: ...
+
+    def is_valid(self, expression: str) -> bool: ...
+
+
+def _croniter() -> _Croniter:
     try:
         # croniter ships no type information (and no stubs package is pinned)
         from croniter import croniter  # type: ignore[import-untyped]
@@ -102,4 +114,5 @@ def _croniter() -> Any:
         raise ConfigurationError(
             'scheduled runs need croniter (in the queue extra: pip install "art-pes[queue]")'
         ) from None
-    return croniter
+    described: _Croniter = croniter
+    return described

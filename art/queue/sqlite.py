@@ -29,10 +29,10 @@ import os
 import socket
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from art.adapters.sqlite import connect
 from art.core.log import get_logger
@@ -198,7 +198,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
             )
 
 
-def _view(row: tuple[Any, ...]) -> JobView:
+def _view(row: tuple[str, JobState, int, int | None, str | None]) -> JobView:
     spec, status, attempts, worker_id, error = row
     state: JobState = status
     return JobView(JobSpec.from_args(json.loads(spec)), state, attempts, worker_id, error)
@@ -645,8 +645,15 @@ class SQLiteQueue(QueueBackend):
 class SQLiteWorker(QueueWorker[SQLiteQueue]):
     """Takes jobs from a `SQLiteQueue` and runs them, `concurrency` at a time."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        queue: SQLiteQueue,
+        instance: QueueRunner,
+        *,
+        name: str | None = None,
+        signals: bool = False,
+    ) -> None:
+        super().__init__(queue, instance, name=name, signals=signals)
         self.worker_id: int | None = None
         self._running: dict[str, tuple[RunJob, asyncio.Task[None]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -792,7 +799,7 @@ class SQLiteWorker(QueueWorker[SQLiteQueue]):
             self.worker_id = None
 
 
-async def _first_of(*waits: Any, within_s: float) -> None:
+async def _first_of(*waits: Awaitable[object], within_s: float) -> None:
     tasks = [asyncio.ensure_future(w) for w in waits]
     try:
         await asyncio.wait(tasks, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from art.core.log import get_logger
 from art.queue.backend import open_backend
@@ -21,6 +21,7 @@ from art.queue.schedule import Schedule, run_schedules
 if TYPE_CHECKING:
     from art.instance import ArtInstance
     from art.queue.backend import QueueWorker
+    from art.queue.contract import QueueBackend
 
 __all__ = ["run_worker"]
 
@@ -32,7 +33,7 @@ async def run_worker(
     *,
     name: str | None = None,
     signals: bool | None = None,
-    started: Callable[[QueueWorker[Any]], None] | None = None,
+    started: Callable[[QueueWorker[QueueBackend]], None] | None = None,
     schedules: Sequence[Schedule] = (),
 ) -> None:
     """Run `instance`'s queued runs until stopped; the queue is `instance.config.queue`.

@@ -12,7 +12,7 @@ importing `art.server` (as the `art` command does) costs nothing until a server 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __all__ = ["Principal", "ServerSettings", "create_app", "serve", "serve_in_thread"]
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from art.server.settings import ServerSettings
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'art.server' has no attribute {name!r}")

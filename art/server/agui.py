@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 from ag_ui.core import (
     BaseEvent,
@@ -76,6 +76,14 @@ DECISION_SCHEMA: dict[str, Any] = {
 }
 _FINISHED = frozenset({"completed", "failed", "skipped", "cancelled"})
 _RESULT_CHARS = 20_000
+
+
+class _PatchOp(TypedDict):
+    """One JSON Patch operation of a STATE_DELTA."""
+
+    op: str
+    path: str
+    value: object
 
 
 def _pointer(token: str) -> str:
@@ -177,25 +185,26 @@ class AgUiTranslator:
             produced_event.timestamp = stamp
         return produced
 
-    def _on_session_start(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_session_start(self, data: Mapping[str, object]) -> list[BaseEvent]:
         self.state["query"] = data.get("query")
         return []
 
-    def _on_plan_created(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_plan_created(self, data: Mapping[str, object]) -> list[BaseEvent]:
         plan = data.get("plan") or {}
         self.state["plan"] = plan
         # A streamed plan is created after its first steps started: keep what they did.
         known = self.state["steps"]
+        steps = plan.get("steps", []) if isinstance(plan, dict) else []
         self.state["steps"] = {
             step["id"]: known.get(step["id"]) or {"status": "pending", "tool": step.get("tool")}
-            for step in plan.get("steps", [])
+            for step in steps
             if isinstance(step, dict) and "id" in step
         }
         return [StateSnapshotEvent(snapshot=self.state)]
 
     _on_plan_updated = _on_plan_created
 
-    def _on_step_status(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_step_status(self, data: Mapping[str, object]) -> list[BaseEvent]:
         step_id = str(data.get("step_id"))
         status = data.get("status")
         events: list[BaseEvent] = []
@@ -208,11 +217,11 @@ class AgUiTranslator:
         op = "replace" if step_id in self.state["steps"] else "add"
         value = {**self.state["steps"].get(step_id, {}), **self._step_state(data)}
         self.state["steps"][step_id] = value
-        delta = [{"op": op, "path": f"/steps/{_pointer(step_id)}", "value": value}]
+        delta: list[_PatchOp] = [{"op": op, "path": f"/steps/{_pointer(step_id)}", "value": value}]
         events.append(self._change(delta))
         return events
 
-    def _on_resumed(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_resumed(self, data: Mapping[str, object]) -> list[BaseEvent]:
         """A person's decision: the result of the tool call they answered, and the step
         completed with the decision as its output (approved) or failed (rejected), as
         the engine applies it before the run goes on."""
@@ -245,7 +254,7 @@ class AgUiTranslator:
         events.append(self._change([{"op": "replace", "path": path, "value": step}]))
         return events
 
-    def _change(self, patch: list[dict[str, Any]]) -> BaseEvent:
+    def _change(self, patch: list[_PatchOp]) -> BaseEvent:
         """A delta, or the whole state when no snapshot was sent yet (a streamed plan's
         steps start before `plan:created`)."""
         if self.state["plan"] is None:
@@ -253,11 +262,11 @@ class AgUiTranslator:
         return _delta(patch)
 
     @staticmethod
-    def _step_state(data: dict[str, Any]) -> dict[str, Any]:
+    def _step_state(data: Mapping[str, object]) -> dict[str, object]:
         keys = ("status", "tool", "attempt", "attempts", "reason", "output", "started_at")
         return {key: data[key] for key in keys if data.get(key) is not None}
 
-    def _on_tool_update(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_tool_update(self, data: Mapping[str, object]) -> list[BaseEvent]:
         stage = data.get("stage")
         call_id = str(data.get("call_id"))
         if stage == "start":
@@ -274,7 +283,7 @@ class AgUiTranslator:
         progress.update({k: v for k, v in data.items() if k in ("metadata", "output")})
         return [CustomEvent(name="art.tool_progress", value={"call_id": call_id, **progress})]
 
-    def _tool_result(self, call_id: str, data: dict[str, Any]) -> list[BaseEvent]:
+    def _tool_result(self, call_id: str, data: Mapping[str, object]) -> list[BaseEvent]:
         # A `tool:update` end carries the output as `result` (or `error`), as emitted.
         if data.get("status") == "suspended":
             return []  # the answer is the person's, through the interrupt
@@ -297,10 +306,11 @@ class AgUiTranslator:
             events.append(self._change([{"op": "add", "path": "/display/-", "value": shown}]))
         return events
 
-    def _on_buffer_flush(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_buffer_flush(self, data: Mapping[str, object]) -> list[BaseEvent]:
         if data.get("phase") != "synthesis":
             return []
-        text = "".join(str(chunk) for chunk in data.get("chunks") or [])
+        chunks = data.get("chunks")
+        text = "".join(str(chunk) for chunk in chunks) if isinstance(chunks, list) else ""
         if not text:
             return []
         events: list[BaseEvent] = []
@@ -310,11 +320,11 @@ class AgUiTranslator:
         events.append(TextMessageContentEvent(message_id=self._message_id, delta=text))
         return events
 
-    def _on_suspended(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_suspended(self, data: Mapping[str, object]) -> list[BaseEvent]:
         self.state["pending"] = data.get("steps") or []
         return []
 
-    def _on_session_end(self, data: dict[str, Any]) -> list[BaseEvent]:
+    def _on_session_end(self, data: Mapping[str, object]) -> list[BaseEvent]:
         events: list[BaseEvent] = []
         if self._message_id is not None:
             events.append(TextMessageEndEvent(message_id=self._message_id))
@@ -328,7 +338,9 @@ class AgUiTranslator:
         usage = _usage(data.get("usage"))
         self.finished = True
         if status == "error":
-            error = data.get("error") or {}
+            error = data.get("error")
+            if not isinstance(error, dict):
+                error = {}
             events.append(
                 RunErrorEvent(
                     message=str(error.get("message") or "the run failed"),
@@ -375,12 +387,12 @@ class AgUiTranslator:
         return interrupts
 
 
-def _delta(patch: list[dict[str, Any]]) -> StateDeltaEvent:
+def _delta(patch: list[_PatchOp]) -> StateDeltaEvent:
     """A STATE_DELTA of JSON Patch operations (validated into the package's models)."""
     return StateDeltaEvent.model_validate({"delta": patch})
 
 
-def _usage(raw: Any) -> list[TokenUsage] | None:
+def _usage(raw: object) -> list[TokenUsage] | None:
     if not isinstance(raw, dict) or not raw.get("total_tokens"):
         return None
     return [
@@ -405,7 +417,7 @@ def _query(run_input: RunAgentInput) -> str | None:
     return None
 
 
-def _decision(payload: Any, status: str) -> Decision:
+def _decision(payload: object, status: str) -> Decision:
     data = payload if isinstance(payload, dict) else {}
     if status != "resolved":
         return Decision(approved=False, reason=data.get("reason") or "cancelled")

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
+from art.core.json import JsonScalar
 from art.engine.suspension import Decision
 from art.errors import ForkError, ModelError, ThreadBusyError
 from art.planning.plans import Plan
@@ -156,7 +157,7 @@ async def list_threads(
     return wire_response(ThreadList(threads=page.threads, next_cursor=page.next_cursor))
 
 
-def _metadata_filter(raw: str | None) -> dict[str, Any]:
+def _metadata_filter(raw: str | None) -> dict[str, JsonScalar]:
     if raw is None:
         return {}
     try:
@@ -292,7 +293,7 @@ def _check_query(ctx: ServerContext, query: str) -> None:
         )
 
 
-def _check_execution_config(ctx: ServerContext, overrides: dict[str, Any]) -> None:
+def _check_execution_config(ctx: ServerContext, overrides: dict[str, object]) -> None:
     """Refuse overrides that would raise a limit the operator set (422)."""
     try:
         ctx.instance.config.execution_config.within(overrides)
@@ -346,7 +347,7 @@ async def start_run(
 
 def _run_options(
     ctx: ServerContext, caller: Principal, options: RunOptions | None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A run's options from a request: within the operator's limits, and a user's runs
     carry their name."""
     found = options.model_dump(exclude_none=True) if options else {}

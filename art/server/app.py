@@ -6,12 +6,12 @@ import functools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from fastapi import Depends, FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.staticfiles import StaticFiles
+from starlette.types import Message, Receive, Scope, Send
 
 import art
 from art.config import ArtInstanceConfig
@@ -50,7 +50,7 @@ def create_app(
     *,
     settings: ServerSettings | None = None,
     authenticate: Authenticate | None = None,
-    **fields: Any,
+    **fields: object,
 ) -> FastAPI:
     """An ASGI app serving an engine built from `config` and/or `fields` (what
     `art.create_art_instance` takes: model, tools, storage, ...).
@@ -167,7 +167,7 @@ async def _check_owners_kept(instance: ArtInstance) -> None:
 
 
 def _build_instance(
-    config: ArtInstanceConfig | None, fields: dict[str, Any]
+    config: ArtInstanceConfig | None, fields: Mapping[str, object]
 ) -> tuple[ArtInstance, EventJournal]:
     """The engine, on a storage whose event log is the server's journal."""
     instance = ArtInstance(config, **fields)
@@ -191,8 +191,8 @@ def _add_inspector(app: FastAPI) -> None:
 
     static = StaticFiles(directory=STATIC_DIR)
 
-    async def static_files(scope: Any, receive: Any, send: Any) -> None:
-        async def with_headers(message: Any) -> None:
+    async def static_files(scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [
                     *message.get("headers", []),

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
 
 from art.core.binary import JsonDict
+from art.core.json import JsonValue
 from art.core.log import get_logger
 from art.core.serialization import safe_stringify, truncate
-from art.observe.event_log import stored_events
+from art.observe.event_log import Redact, stored_events
 from art.observe.events import Event
 from art.responses import AgentFinalResponse, ConversationMessage, StepRecord, utcnow
 from art.storage.contract import (
@@ -58,7 +58,7 @@ _NOT_JOURNALED = frozenset({"chunk:before", "chunk:after"})
 _OUTPUT_VALUES = frozenset({"step:status", "tool:update"})
 
 
-def _bounded(value: Any, limit: int = MAX_VALUE_CHARS) -> Any:
+def _bounded(value: object, limit: int = MAX_VALUE_CHARS) -> JsonValue:
     """`value` as JSON-compatible data if its JSON fits in `limit` characters, else its
     text cut to `limit` (a string)."""
     if value is None or isinstance(value, bool | int | float):
@@ -68,10 +68,11 @@ def _bounded(value: Any, limit: int = MAX_VALUE_CHARS) -> Any:
     text = safe_stringify(value, max_length=limit + 1)
     if len(text) > limit:
         return truncate(text, limit)
-    return json.loads(text)
+    parsed: JsonValue = json.loads(text)
+    return parsed
 
 
-def _with_totals(data: dict[str, Any]) -> dict[str, Any]:
+def _with_totals(data: dict[str, object]) -> dict[str, object]:
     """`session:end` data with the run's usage, cost and display outputs, which its
     `response` carries and the stored form leaves out (with the response itself)."""
     response = data.get("response")
@@ -87,7 +88,7 @@ def _with_totals(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stored_event(event: Event, redact: Callable[[Any], Any]) -> StoredEvent:
+def stored_event(event: Event, redact: Redact) -> StoredEvent:
     """`event` as the journal stores it: the engine's stored form of its data (a prompt's
     size, not the prompt; secrets masked), a run's end with its usage and cost, and every
     value but a plan cut to MAX_VALUE_CHARS of JSON (a plan is kept whole: the inspector
@@ -111,7 +112,7 @@ def stored_event(event: Event, redact: Callable[[Any], Any]) -> StoredEvent:
 class EventJournal:
     """Writes the events of the threads this process holds to storage, in order, at once."""
 
-    def __init__(self, storage: StorageAdapter, redact: Callable[[Any], Any]) -> None:
+    def __init__(self, storage: StorageAdapter, redact: Redact) -> None:
         self._storage = storage
         self._redact = redact
         self._holding: set[str] = set()
@@ -252,7 +253,7 @@ class JournaledStorage(StorageAdapter):
         return await self.inner.list_suspensions(thread_id, pending_only=pending_only)
 
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: dict[str, object]
     ) -> Suspension:
         return await self.inner.decide_suspension(thread_id, suspension_id, decision)
 

@@ -14,6 +14,7 @@ import pydantic_core
 from pydantic import AfterValidator, ConfigDict, Field
 from starlette.responses import Response
 
+from art.core.json import JsonObject, JsonValue
 from art.core.models import ArtModel
 from art.core.redaction import Secrets
 from art.core.serialization import safe_stringify
@@ -149,7 +150,7 @@ class ThreadList(ArtModel):
     )
 
 
-def _checked_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+def _checked_metadata(metadata: JsonObject) -> JsonObject:
     """Metadata that every storage reads back equal: JSON with finite numbers, at most
     `MAX_METADATA_BYTES` and `MAX_METADATA_DEPTH` levels."""
     try:
@@ -167,7 +168,7 @@ def _checked_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     return metadata
 
 
-def _depth(value: Any) -> int:
+def _depth(value: JsonValue) -> int:
     if isinstance(value, dict):
         return 1 + max(map(_depth, value.values()), default=0)
     if isinstance(value, list):
@@ -211,18 +212,18 @@ class PlanResource(ArtModel):
     mermaid: str = Field(description="The plan's DAG as a Mermaid flowchart.")
 
 
-def _fallback(value: Any) -> Any:
+def _fallback(value: object) -> str:
     """Values JSON cannot carry (a tool's arbitrary object) are sent as text."""
     return safe_stringify(value)
 
 
-def wire_json(value: Any) -> bytes:
+def wire_json(value: object) -> bytes:
     """`value` (models, lists, dicts) as art's wire JSON; never fails on odd tool outputs."""
     return pydantic_core.to_json(value, by_alias=True, fallback=_fallback)
 
 
 def wire_response(
-    value: Any, status_code: int = 200, *, secrets: Secrets | None = None
+    value: object, status_code: int = 200, *, secrets: Secrets | None = None
 ) -> Response:
     """`value` as a JSON response, with `secrets` masked when given (what a live response
     needs: a stored record has them masked already)."""

@@ -15,13 +15,14 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 from fastapi import APIRouter, Depends, Header
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import ServerSentEvent
 from starlette.responses import JSONResponse, Response
 
+from art.core.json import JsonObject
 from art.engine.suspension import suspended_message
 from art.server.context import ServerContext, get_context
 from art.server.principals import Principal, authenticated
@@ -81,7 +82,7 @@ def _query(request: ChatRequest, threaded: bool) -> str:
 
 
 @router.get("/models")
-async def list_models() -> dict[str, Any]:
+async def list_models() -> JsonObject:
     """The models this endpoint serves: one, the agent."""
     return {
         "object": "list",
@@ -153,7 +154,16 @@ async def chat_completions(
     )
 
 
-def _art_fields(active: ActiveRun, status: str, suspension_ids: list[str]) -> dict[str, Any]:
+class _ArtFields(TypedDict):
+    """What a completion says about art's run (its `art` field)."""
+
+    thread_id: str
+    run_id: str | None
+    status: str
+    suspension_ids: list[str]
+
+
+def _art_fields(active: ActiveRun, status: str, suspension_ids: list[str]) -> _ArtFields:
     return {
         "thread_id": active.thread_id,
         "run_id": active.run_id,
@@ -167,7 +177,7 @@ async def _chunks(
 ) -> AsyncIterator[ServerSentEvent]:
     created = int(time.time())
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ServerSentEvent:
+    def chunk(delta: dict[str, str], finish: str | None = None, **extra: object) -> ServerSentEvent:
         body = {
             "id": completion_id,
             "object": "chat.completion.chunk",

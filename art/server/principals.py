@@ -14,7 +14,6 @@ import hmac
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import Security
 from fastapi.security import HTTPAuthorizationCredentials
@@ -38,7 +37,7 @@ class Principal:
         if not self.admin and not self.user:
             raise ValueError("a principal is an admin or names a user")
 
-    def run_options(self, options: dict[str, Any]) -> dict[str, Any]:
+    def run_options(self, options: dict[str, object]) -> dict[str, object]:
         """`options` for a run this principal starts: a user's runs carry their name as
         `user_id`, whatever the request said."""
         return options if self.admin else {**options, "user_id": self.user}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -82,6 +82,14 @@ class ProblemBody(BaseModel):
     retry_after_s: float | None = None
 
 
+class FieldError(TypedDict, total=False):
+    """One problem of a request, in a problem document's `errors`."""
+
+    loc: list[int | str]
+    msg: Required[str]
+    type: str | None
+
+
 class Problem(Exception):
     """Raised by a handler to answer with a problem document."""
 
@@ -91,7 +99,7 @@ class Problem(Exception):
         detail: str,
         *,
         code: str | None = None,
-        errors: list[dict[str, Any]] | None = None,
+        errors: list[FieldError] | None = None,
         retry_after_s: float | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
@@ -161,7 +169,7 @@ def from_art_error(exc: ArtError) -> Problem:
         status = 422 if isinstance(exc, ConfigurationError | SuspensionError) else 500
     retry = getattr(exc, "retry_after_s", None)
     problems = getattr(exc, "problems", None)
-    errors = [{"msg": str(p)} for p in problems] if problems else None
+    errors: list[FieldError] | None = [{"msg": str(p)} for p in problems] if problems else None
     return Problem(status, exc.message, code=code, errors=errors, retry_after_s=retry)
 
 
@@ -172,7 +180,7 @@ def _title(status: int) -> str:
         return "Error"
 
 
-def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+def _field_errors(exc: RequestValidationError) -> list[FieldError]:
     # Never echo the input back: it may be large, or a secret pasted in the wrong field.
     return [
         {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}

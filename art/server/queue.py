@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
+from starlette.datastructures import State
 from starlette.requests import Request
 
 from art.core.models import ArtModel
@@ -45,7 +46,7 @@ def get_queue(request: Request) -> RunQueue:
     return queue
 
 
-async def close_queue(state: Any) -> None:
+async def close_queue(state: State) -> None:
     """Close the app's queue, if a route made one (at shutdown)."""
     queue: RunQueue | None = getattr(state, "art_queue", None)
     if queue is not None:

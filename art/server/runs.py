@@ -115,7 +115,7 @@ class RunManager:
         self,
         thread_id: str,
         query: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
         strategy: MultitaskStrategy = "reject",
         webhook: str | None = None,
     ) -> ActiveRun:
@@ -135,8 +135,8 @@ class RunManager:
         thread_id: str,
         run_id: str,
         step_id: str,
-        args: Mapping[str, Any] | None = None,
-        options: Mapping[str, Any] | None = None,
+        args: Mapping[str, object] | None = None,
+        options: Mapping[str, object] | None = None,
         webhook: str | None = None,
     ) -> ActiveRun:
         """Start a fork of `run_id` from `step_id` (see `ArtInstance.afork`); raises its
@@ -148,7 +148,7 @@ class RunManager:
         self,
         thread_id: str,
         query: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
         webhook: str | None = None,
     ) -> QueuedRun:
         """Queue `query` to run on `thread_id` once the runs before it (here, queued here,
@@ -187,7 +187,7 @@ class RunManager:
         self,
         thread_id: str,
         query: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
         webhook: str | None = None,
     ) -> RunHandle:
         """Queue `query` in the run queue (`enqueue_to_queue`), where a worker runs it after
@@ -258,7 +258,7 @@ class RunManager:
         thread_id: str,
         suspension_id: str,
         decision: Decision,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, object] | None = None,
     ) -> ActiveRun:
         """Record `decision` and continue the suspended run (see `start`). Raises the
         engine's SuspensionError for an unknown or already-decided suspension."""
@@ -290,7 +290,7 @@ class RunManager:
     async def _launch(
         self,
         thread_id: str,
-        coro: Coroutine[Any, Any, AgentFinalResponse],
+        coro: Coroutine[object, None, AgentFinalResponse],
         webhook: str | None = None,
     ) -> ActiveRun:
         if self.draining:

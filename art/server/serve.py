@@ -9,7 +9,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict, Unpack
 
 import h11
 import uvicorn
@@ -49,7 +49,16 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def _config(app: FastAPI, **options: Any) -> uvicorn.Config:
+class _ConfigOptions(TypedDict, total=False):
+    """The uvicorn settings `serve` and `serve_in_thread` choose."""
+
+    log_level: str
+    proxy_headers: bool
+    forwarded_allow_ips: str | None
+    timeout_graceful_shutdown: int
+
+
+def _config(app: FastAPI, **options: Unpack[_ConfigOptions]) -> uvicorn.Config:
     settings: ServerSettings = app.state.context.settings
     return uvicorn.Config(
         app,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -45,7 +45,7 @@ class EventStreams:
 
     def response(
         self,
-        events: AsyncIterable[Any],
+        events: AsyncIterable[ServerSentEvent],
         *,
         ping_s: float,
         headers: Mapping[str, str] | None = None,
@@ -80,7 +80,7 @@ class _Stream(EventSourceResponse):
     def __init__(
         self,
         streams: EventStreams,
-        events: AsyncIterator[Any],
+        events: AsyncIterator[ServerSentEvent],
         ping_s: float,
         headers: Mapping[str, str] | None,
         signalled: anyio.Event,

@@ -4,13 +4,14 @@ same fixed-width UTC text, metadata merged and searched alike, thread cursors re
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
+from art.core.json import JsonValue
 from art.core.redaction import Secrets, current_secrets
 from art.core.serialization import escape_unencodable_data
 
@@ -29,7 +30,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 T = TypeVar("T")
 
 
-def _json_fallback(value: Any) -> Any:
+def _json_fallback(value: object) -> list[object] | str:
     """Values JSON cannot carry (sets, bytes, arbitrary objects) are stored as text."""
     if isinstance(value, set | frozenset):
         return list(value)
@@ -77,7 +78,7 @@ def load_json_as(adapter: TypeAdapter[T], text: str | bytes) -> T:
 
 
 def _read(
-    from_json: Callable[[str | bytes], T], from_data: Callable[[Any], T], text: str | bytes
+    from_json: Callable[[str | bytes], T], from_data: Callable[[JsonValue], T], text: str | bytes
 ) -> T:
     try:
         return from_json(text)
@@ -104,7 +105,7 @@ def timestamp_key(moment: datetime) -> str:
     return as_utc(moment).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
-def merge_metadata(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def merge_metadata(current: Mapping[str, T], update: Mapping[str, T | None]) -> dict[str, T]:
     """`current` with `update`'s keys set, and those `update` gives None removed."""
     merged = dict(current)
     for key, value in update.items():
@@ -115,7 +116,7 @@ def merge_metadata(current: dict[str, Any], update: dict[str, Any]) -> dict[str,
     return merged
 
 
-def metadata_matches(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
+def metadata_matches(stored: Mapping[str, object], wanted: Mapping[str, object]) -> bool:
     """Whether every key of `wanted` is in `stored` with that scalar value: strings equal,
     numbers equal by value, booleans and null only themselves (what every adapter's
     search does)."""

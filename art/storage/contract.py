@@ -148,9 +148,9 @@ def step_record(
     started_at: datetime | None,
     ended_at: datetime | None,
     arrived_at: datetime | None,
-    args: dict[str, Any] | None,
+    args: dict[str, object] | None,
     reason: str | None,
-    decision: dict[str, Any] | None,
+    decision: dict[str, object] | None,
 ) -> StepRecord:
     """The public record of a step's values (a `StepSnapshot`'s fields, in its order)."""
     fields: dict[str, Any] = {
@@ -298,7 +298,7 @@ class StorageAdapter(ABC):
 
     @abstractmethod
     async def decide_suspension(
-        self, thread_id: str, suspension_id: str, decision: dict[str, Any]
+        self, thread_id: str, suspension_id: str, decision: dict[str, object]
     ) -> Suspension:
         """Record the decision atomically. Raises SuspensionError (code
         SUSPENSION_NOT_FOUND or SUSPENSION_ALREADY_DECIDED); of two concurrent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr
@@ -226,9 +226,9 @@ class ExecutionContext(ArtModel):
     def progress(
         self,
         title: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
         *,
-        output: Any = None,
+        output: object = None,
     ) -> None:
         """Report progress (seed 000's `ctx.metadata()`): a title and partial metadata.
 
@@ -237,7 +237,7 @@ class ExecutionContext(ArtModel):
         """
         if self._reporter is None:
             return
-        payload: dict[str, Any] = {}
+        payload: dict[str, object] = {}
         if title is not None:
             payload["title"] = title
         if metadata:
@@ -264,7 +264,10 @@ class IToolExecutor(ABC):
 
     # Short ways to build this tool's result for the call `context` serves.
     def ok(
-        self, context: ExecutionContext, output: Any = None, metadata: dict[str, Any] | None = None
+        self,
+        context: ExecutionContext,
+        output: object = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> ToolResult:
         """A `success` result carrying `output`."""
         return ToolResult(
@@ -282,8 +285,8 @@ class IToolExecutor(ABC):
         *,
         code: str = "UNKNOWN",
         retryable: bool = False,
-        output: Any = None,
-        metadata: dict[str, Any] | None = None,
+        output: object = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> ToolResult:
         """An `error` result: `error` says what went wrong, `code` is a ToolErrorCode,
         `retryable` lets the engine call the tool again; `output` is any partial data."""
@@ -296,7 +299,7 @@ class IToolExecutor(ABC):
             metadata={**(metadata or {}), "error_code": str(code), "retryable": retryable},
         )
 
-    def ask(self, context: ExecutionContext, question: Any = None) -> ToolResult:
+    def ask(self, context: ExecutionContext, question: object = None) -> ToolResult:
         """A `suspended` result (blocking tools only): `question` is what a person is asked."""
         return ToolResult(
             call_id=context.call_id, tool_name=self.schema.name, status="suspended", output=question

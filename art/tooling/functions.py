@@ -18,12 +18,14 @@ import types
 import typing
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Union, get_args, get_origin, overload
+from typing import Any, Generic, ParamSpec, TypeVar, Union, get_args, get_origin, overload
 
 import docstring_parser
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
+from art.core.json import JsonObject
 from art.errors import ToolRegistrationError
 from art.tooling.contract import (
     ExecutionContext,
@@ -36,24 +38,27 @@ from art.tooling.contract import (
 
 __all__ = ["FunctionTool", "tool"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 _TYPE_HINT = (
     "use JSON-friendly types (str, int, float, bool, list, dict, Literal, enums, "
     "dataclasses, pydantic models)"
 )
 
 
-class FunctionTool(IToolExecutor):
+class FunctionTool(IToolExecutor, Generic[P, R]):
     """A function wrapped as a tool. Calling it calls the function itself (handy in tests)."""
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[P, R],
         *,
         name: str | None = None,
         description: str | None = None,
         execution_mode: ExecutionMode = "functional",
-        blocking_config: dict[str, Any] | None = None,
-        examples: Sequence[ToolExample | Mapping[str, Any]] = (),
+        blocking_config: Mapping[str, object] | None = None,
+        examples: Sequence[ToolExample | Mapping[str, object]] = (),
     ) -> None:
         if not callable(fn):
             raise ToolRegistrationError(f"@art.tool needs a function, got {type(fn).__name__}")
@@ -66,11 +71,11 @@ class FunctionTool(IToolExecutor):
 
         self._context_param: str | None = None
         self._positional: list[str] = []
-        fields: dict[str, Any] = {}
+        fields: dict[str, tuple[object, FieldInfo]] = {}
         self._fields: dict[str, str] = {}  # input name -> field name on the input model
         param_docs = {p.arg_name: _one_line(p.description) for p in doc.params}
         for index, param in enumerate(signature.parameters.values()):
-            annotation = hints.get(param.name, Any)
+            annotation: object = hints.get(param.name, Any)
             if _is_context(annotation):
                 self._context_param = param.name
                 continue
@@ -107,7 +112,7 @@ class FunctionTool(IToolExecutor):
             # max_concurrency bounds (asyncio.to_thread would use the loop's small pool).
             self.execute = self._execute_blocking  # type: ignore[method-assign, assignment]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -122,7 +127,11 @@ class FunctionTool(IToolExecutor):
         if isinstance(call, ToolResult):
             return call
         positional, values = call
-        returned = await self.fn(*positional, **values)
+        # the arguments were checked against the signature by the input model, at run time
+        fn: Callable[..., object] = self.fn
+        returned = fn(*positional, **values)
+        if inspect.isawaitable(returned):  # always, for the async functions this serves
+            returned = await returned
         return self._result(returned, context)
 
     def _execute_blocking(
@@ -132,15 +141,17 @@ class FunctionTool(IToolExecutor):
         if isinstance(call, ToolResult):
             return call
         positional, values = call
-        returned = self.fn(*positional, **values)
+        # the arguments were checked against the signature by the input model, at run time
+        fn: Callable[..., object] = self.fn
+        returned = fn(*positional, **values)
         if inspect.isawaitable(returned):  # a callable object with an async __call__
             return self._awaited(returned, context)
         return self._result(returned, context)
 
-    async def _awaited(self, returned: Awaitable[Any], context: ExecutionContext) -> ToolResult:
+    async def _awaited(self, returned: Awaitable[object], context: ExecutionContext) -> ToolResult:
         return self._result(await returned, context)
 
-    def _result(self, returned: Any, context: ExecutionContext) -> ToolResult:
+    def _result(self, returned: object, context: ExecutionContext) -> ToolResult:
         if isinstance(returned, ToolResult):
             return returned
         # A blocking tool asks before it acts: its return value is the reviewer's question,
@@ -154,8 +165,8 @@ class FunctionTool(IToolExecutor):
         )
 
     def _arguments(
-        self, input: dict[str, Any], context: ExecutionContext
-    ) -> tuple[list[Any], dict[str, Any]] | ToolResult:
+        self, input: Mapping[str, object], context: ExecutionContext
+    ) -> tuple[list[object], dict[str, object]] | ToolResult:
         """The function's arguments from `input`, or the VALIDATION_ERROR result."""
         try:
             parsed = self._input_model.model_validate(input)
@@ -171,7 +182,9 @@ class FunctionTool(IToolExecutor):
                 error=f"invalid input for tool {self.schema.name!r}: {problems}",
                 metadata={"error_code": "VALIDATION_ERROR", "retryable": False},
             )
-        values = {name: getattr(parsed, field) for name, field in self._fields.items()}
+        values: dict[str, object] = {
+            name: getattr(parsed, field) for name, field in self._fields.items()
+        }
         if self._context_param is not None:
             values[self._context_param] = context
         positional = [values.pop(name) for name in self._positional]
@@ -179,7 +192,7 @@ class FunctionTool(IToolExecutor):
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
 
 
 @overload
@@ -190,21 +203,21 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode = "functional",
-    blocking_config: dict[str, Any] | None = None,
-    examples: Sequence[ToolExample | Mapping[str, Any]] = (),
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+    blocking_config: Mapping[str, object] | None = None,
+    examples: Sequence[ToolExample | Mapping[str, object]] = (),
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: Callable[P, R] | None = None,
     /,
     *,
     name: str | None = None,
     description: str | None = None,
     execution_mode: ExecutionMode = "functional",
-    blocking_config: dict[str, Any] | None = None,
-    examples: Sequence[ToolExample | Mapping[str, Any]] = (),
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    blocking_config: Mapping[str, object] | None = None,
+    examples: Sequence[ToolExample | Mapping[str, object]] = (),
+) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Turn a typed function into a tool: `@art.tool` or `@art.tool(name=..., ...)`.
 
     `name` defaults to the function's name, `description` to the docstring's
@@ -214,7 +227,7 @@ def tool(
     `*args`, unknown annotations).
     """
 
-    def wrap(function: Callable[..., Any]) -> FunctionTool:
+    def wrap(function: Callable[P, R]) -> FunctionTool[P, R]:
         return FunctionTool(
             function,
             name=name,
@@ -230,14 +243,14 @@ def tool(
 # --- building the schema ---------------------------------------------------------------
 
 
-def _signature(fn: Callable[..., Any], label: str) -> inspect.Signature:
+def _signature(fn: Callable[..., object], label: str) -> inspect.Signature:
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise ToolRegistrationError(f"{label}: cannot read the signature: {exc}") from exc
 
 
-def _type_hints(fn: Callable[..., Any], label: str) -> dict[str, Any]:
+def _type_hints(fn: Callable[..., object], label: str) -> dict[str, object]:
     try:
         return typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -247,7 +260,7 @@ def _type_hints(fn: Callable[..., Any], label: str) -> dict[str, Any]:
         ) from exc
 
 
-def _is_context(annotation: Any) -> bool:
+def _is_context(annotation: object) -> bool:
     if inspect.isclass(annotation) and issubclass(annotation, ExecutionContext):
         return True
     if get_origin(annotation) in (Union, types.UnionType):
@@ -256,12 +269,17 @@ def _is_context(annotation: Any) -> bool:
     return False
 
 
-def _input_model(name: str, fields: dict[str, Any], label: str) -> type[BaseModel]:
+def _input_model(
+    name: str, fields: dict[str, tuple[object, FieldInfo]], label: str
+) -> type[BaseModel]:
+    # create_model's keywords also name its options (__config__, ...): a dict of field
+    # tuples cannot be matched against those, so the definitions go in untyped.
+    definitions: dict[str, Any] = dict(fields)
     try:
         return create_model(
             f"{name or 'tool'}_input",
             __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
-            **fields,
+            **definitions,
         )
     except Exception as exc:
         raise ToolRegistrationError(
@@ -269,7 +287,7 @@ def _input_model(name: str, fields: dict[str, Any], label: str) -> type[BaseMode
         ) from exc
 
 
-def _json_schema(model: type[BaseModel], label: str) -> dict[str, Any]:
+def _json_schema(model: type[BaseModel], label: str) -> JsonObject:
     try:
         with warnings.catch_warnings():
             # A default that is not JSON-serializable is left out of the schema; fine.
@@ -289,7 +307,7 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _output_schema(annotation: Any) -> dict[str, Any] | None:
+def _output_schema(annotation: object) -> JsonObject | None:
     if annotation is None or annotation is type(None) or annotation is Any:
         return None
     if inspect.isclass(annotation) and issubclass(annotation, ToolResult):
@@ -321,7 +339,7 @@ def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def _build_schema(*, label: str, **fields: Any) -> ToolSchema:
+def _build_schema(*, label: str, **fields: object) -> ToolSchema:
     if not fields["description"]:
         raise ToolRegistrationError(
             f"{label}: a tool needs a description; add a docstring (its first paragraph "

@@ -35,7 +35,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pydantic
 
@@ -126,7 +126,7 @@ class CallTimeouts:
         self._queue: deque[_Deadline] = deque()
         self._handle: asyncio.TimerHandle | None = None
 
-    def start(self, task: asyncio.Task[Any]) -> _Deadline:
+    def start(self, task: asyncio.Task[object]) -> _Deadline:
         """The deadline of a call starting now in `task`; `finish()` it when it ends."""
         loop = self._loop
         if loop is None:
@@ -169,8 +169,8 @@ class _Deadline:
 
     __slots__ = ("cancelling", "expired", "finished", "task", "when")
 
-    def __init__(self, task: asyncio.Task[Any], when: float) -> None:
-        self.task: asyncio.Task[Any] | None = task
+    def __init__(self, task: asyncio.Task[object], when: float) -> None:
+        self.task: asyncio.Task[object] | None = task
         self.when = when
         # Cancellations the task had before the call: ours is told apart from them.
         self.cancelling = task.cancelling()
@@ -194,7 +194,7 @@ class _Deadline:
 
 async def invoke_tool(
     tool: IToolExecutor,
-    args: Mapping[str, Any],
+    args: Mapping[str, object],
     context: ExecutionContext,
     *,
     timeout_s: float | None = None,
@@ -220,7 +220,7 @@ async def invoke_tool(
 
 async def call_tool(
     tool: IToolExecutor,
-    args: Mapping[str, Any],
+    args: Mapping[str, object],
     context: ExecutionContext,
     *,
     timeout_s: float | None = None,
@@ -317,7 +317,7 @@ async def call_tool(
 def _check_call(
     tool: IToolExecutor,
     name: str,
-    args: Mapping[str, Any],
+    args: Mapping[str, object],
     context: ExecutionContext,
     registry: ToolRegistry | None,
 ) -> ToolResult | tuple[ToolSchema, bool]:
@@ -361,7 +361,7 @@ def _cancelled_call(
     exc: asyncio.CancelledError,
     deadline: _Deadline | None,
     timeouts: CallTimeouts | None,
-    task: asyncio.Task[Any] | None,
+    task: asyncio.Task[object] | None,
     name: str,
     context: ExecutionContext,
 ) -> CallOutcome | None:
@@ -402,7 +402,7 @@ def _cancelled_call(
     return CallOutcome(own)
 
 
-def _input_problems(schema: ToolSchema, args: Any, entry: ToolEntry | None) -> list[str] | None:
+def _input_problems(schema: ToolSchema, args: object, entry: ToolEntry | None) -> list[str] | None:
     """The input's violations, or None when the tool's input_schema itself is broken.
     The entry's compiled check has already said no (`_check_call`): jsonschema decides."""
     if entry is not None:
@@ -433,7 +433,7 @@ class NotStopped(asyncio.CancelledError):
         self.stuck = stuck
 
 
-def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
+def _own_copy(args: Mapping[str, object]) -> dict[str, object]:
     """`args` as the tool's own: containers deep-copied, immutable scalars shared."""
     return {
         key: value if type(value) in JSON_SCALARS else own_copy(value)
@@ -443,12 +443,12 @@ def _own_copy(args: Mapping[str, Any]) -> dict[str, Any]:
 
 async def _in_task(
     tool: IToolExecutor,
-    args: dict[str, Any],
+    args: dict[str, object],
     context: ExecutionContext,
     name: str,
     grace_s: float,
     told: Callable[[], bool],
-) -> Any:
+) -> object:
     """An `async def` tool's call, awaited in the caller's task. Told to stop, a call
     that goes on waiting instead gets `grace_s` to end, then is closed (NotStopped)."""
     raw = tool.execute(args, context)
@@ -467,7 +467,7 @@ class _Abandonable:
 
     def __init__(
         self,
-        call: Generator[Any, Any, Any],
+        call: Generator[object, object, object],
         name: str,
         grace_s: float,
         told: Callable[[], bool],
@@ -477,9 +477,9 @@ class _Abandonable:
         self._grace_s = grace_s
         self._told = told  # True once the engine has told the call to stop
 
-    def __await__(self) -> Generator[Any, Any, Any]:
+    def __await__(self) -> Generator[object, object, object]:
         call, told = self._call, self._told
-        value: Any = None
+        value: object = None
         error: BaseException | None = None
         while True:
             try:
@@ -498,7 +498,7 @@ class _Abandonable:
             except BaseException as exc:  # thrown in by the task: its cancellation
                 value, error = None, exc
 
-    def _within_grace(self, waits_on: object) -> Generator[Any, Any, Any]:
+    def _within_grace(self, waits_on: object) -> Generator[object, object, object]:
         """Go on with a call that ignored its cancellation until it ends or `grace_s`
         passes; then close it (GeneratorExit where it waits) and raise NotStopped."""
         call = self._call
@@ -541,19 +541,19 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _woken(wake: asyncio.Future[None], _waited: asyncio.Future[Any]) -> None:
+def _woken(wake: asyncio.Future[None], _waited: asyncio.Future[object]) -> None:
     _resolve(wake)
 
 
 async def _in_thread(
     tool: IToolExecutor,
-    args: dict[str, Any],
+    args: dict[str, object],
     context: ExecutionContext,
     name: str = "",
     thread_pool: Executor | None = None,
     grace_s: float = DEFAULT_STOP_GRACE_S,
     tell_to_stop: Callable[[], None] | None = None,
-) -> Any:
+) -> object:
     """A plain `def` tool's call, on `thread_pool` (None: the loop's default executor);
     `tell_to_stop` signals a cancelled call that its thread should stop."""
     # As asyncio.to_thread does: the worker thread sees the caller's contextvars.
@@ -592,7 +592,7 @@ def _not_stopped(name: str, grace_s: float, stuck: int | None) -> NotStopped:
     return NotStopped(name, grace_s, stuck)
 
 
-async def _settled(raw: Any) -> Any:
+async def _settled(raw: object) -> object:
     while type(raw) is not ToolResult and inspect.isawaitable(raw):
         raw = await raw  # a plain `def` that returned a coroutine
     return raw
@@ -601,7 +601,7 @@ async def _settled(raw: Any) -> Any:
 # --- turning what came back into a ToolResult ------------------------------------------
 
 
-def _accept(raw: Any, schema: ToolSchema, name: str, context: ExecutionContext) -> ToolResult:
+def _accept(raw: object, schema: ToolSchema, name: str, context: ExecutionContext) -> ToolResult:
     if isinstance(raw, ToolResult):
         return _checked(raw, schema, name, context)
     if isinstance(raw, Mapping) and _looks_like_result(raw):
@@ -616,7 +616,7 @@ def _accept(raw: Any, schema: ToolSchema, name: str, context: ExecutionContext) 
     )
 
 
-def _looks_like_result(raw: Mapping[Any, Any]) -> bool:
+def _looks_like_result(raw: Mapping[object, object]) -> bool:
     keys = set(raw)
     if keys & {"call_id", "callId", "tool_name", "toolName"}:
         return True
@@ -624,7 +624,7 @@ def _looks_like_result(raw: Mapping[Any, Any]) -> bool:
 
 
 def _accept_mapping(
-    raw: Mapping[str, Any], schema: ToolSchema, name: str, context: ExecutionContext
+    raw: Mapping[str, object], schema: ToolSchema, name: str, context: ExecutionContext
 ) -> ToolResult:
     if "output" not in raw:
         for key in _MISPLACED_DATA_KEYS:
@@ -854,11 +854,12 @@ def _violation(
     context: ExecutionContext,
     message: str,
     *,
-    output: Any = None,
-    metadata: Mapping[str, Any] | None = None,
-    **extra: Any,
+    output: object = None,
+    metadata: Mapping[str, object] | None = None,
+    **extra: str,
 ) -> ToolResult:
-    """A CONTRACT_VIOLATION result that keeps what the tool returned."""
+    """A CONTRACT_VIOLATION result that keeps what the tool returned; `extra` goes into
+    its metadata."""
     kept_metadata = {str(key): _kept(value) for key, value in (metadata or {}).items()}
     return _failure(
         name,
@@ -866,12 +867,11 @@ def _violation(
         ToolErrorCode.CONTRACT_VIOLATION,
         f"contract violation: {message}",
         output=_kept(output),
-        base_metadata=kept_metadata,
-        **extra,
+        base_metadata={**kept_metadata, **extra},
     )
 
 
-def _kept(value: Any) -> Any:
+def _kept(value: object) -> object:
     """`value` as JSON data, or as text when it cannot be converted."""
     try:
         return to_jsonable(value)
@@ -885,10 +885,10 @@ def _failure(
     code: ToolErrorCode,
     message: str,
     *,
-    output: Any = None,
+    output: object = None,
     retryable: bool = False,
-    base_metadata: Mapping[str, Any] | None = None,
-    **metadata: Any,
+    base_metadata: Mapping[str, object] | None = None,
+    **metadata: object,
 ) -> ToolResult:
     return ToolResult(
         call_id=context.call_id,
@@ -905,7 +905,7 @@ def _failure(
     )
 
 
-def _tool_name(tool: Any) -> str:
+def _tool_name(tool: object) -> str:
     schema = getattr(tool, "schema", None)
     name = getattr(schema, "name", None)
     return name if isinstance(name, str) and name else type(tool).__name__

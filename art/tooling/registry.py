@@ -21,12 +21,12 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
+from art.core.json import JsonObject
 from art.core.serialization import truncate
 from art.errors import ConfigurationError, ToolRegistrationError
 from art.tooling.contract import BLOCKING_PROMPT, RUN_ON_APPROVAL, IToolExecutor, ToolSchema
@@ -52,10 +52,10 @@ ALL_TOOLS = "*"
 _MAX_ERROR_LINE = 500
 
 #: A compiled "are these arguments valid?" test; raises for values it cannot read.
-FastCheck = Callable[[Any], bool]
+FastCheck = Callable[[object], bool]
 
 
-def build_validator(input_schema: dict[str, Any], *, check: bool = True) -> Validator:
+def build_validator(input_schema: JsonObject, *, check: bool = True) -> Validator:
     """A jsonschema validator for `input_schema` (its `$schema` dialect, default 2020-12).
 
     With `check`, the schema itself is checked first (raises `SchemaError`). Formats
@@ -69,7 +69,7 @@ def build_validator(input_schema: dict[str, Any], *, check: bool = True) -> Vali
     return validator_cls(input_schema, format_checker=validator_cls.FORMAT_CHECKER)
 
 
-def build_fast_check(input_schema: dict[str, Any]) -> FastCheck | None:
+def build_fast_check(input_schema: JsonObject) -> FastCheck | None:
     """jsonschema-rs's `is_valid` for `input_schema`, or None when it cannot compile it.
 
     It never fetches anything (remote `$ref`s make it None). Formats are checked, as
@@ -84,7 +84,7 @@ def build_fast_check(input_schema: dict[str, Any]) -> FastCheck | None:
     return compiled.is_valid
 
 
-def passes_fast_check(fast_check: FastCheck | None, args: Any) -> bool:
+def passes_fast_check(fast_check: FastCheck | None, args: object) -> bool:
     """True when `fast_check` says `args` are valid; False when it says no, cannot read
     them (bytes, datetimes, ...) or there is none: then jsonschema decides."""
     if fast_check is None:
@@ -96,7 +96,7 @@ def passes_fast_check(fast_check: FastCheck | None, args: Any) -> bool:
 
 
 def input_errors(
-    validator: Validator, args: Any, *, fast_check: FastCheck | None = None
+    validator: Validator, args: object, *, fast_check: FastCheck | None = None
 ) -> list[str]:
     """Every violation of `args` against the validator's schema, one line each.
 
@@ -186,7 +186,7 @@ def _first_caller_outside_art() -> int:
     return level
 
 
-def is_async_tool(tool: Any) -> bool:
+def is_async_tool(tool: object) -> bool:
     """Whether `tool.execute` is a coroutine function (else it blocks: run it in a thread)."""
     return inspect.iscoroutinefunction(getattr(tool, "execute", None))
 
@@ -194,12 +194,12 @@ def is_async_tool(tool: Any) -> bool:
 class ToolRegistry:
     """The tools available to a run, by name, in registration order."""
 
-    def __init__(self, tools: Iterable[IToolExecutor | Callable[..., Any]] = ()) -> None:
+    def __init__(self, tools: Iterable[IToolExecutor | Callable[..., object]] = ()) -> None:
         self._entries: dict[str, ToolEntry] = {}
         for tool in tools:
             self.register(tool)
 
-    def register(self, tool: IToolExecutor | Callable[..., Any]) -> IToolExecutor:
+    def register(self, tool: IToolExecutor | Callable[..., object]) -> IToolExecutor:
         """Add a tool (an IToolExecutor instance, or a function wrapped with `art.tool`).
 
         Returns the registered executor. Raises ToolRegistrationError, with the reason
@@ -230,7 +230,7 @@ class ToolRegistry:
         self._entries[schema.name] = entry
         return executor
 
-    def selected(self, spec: Iterable[Any]) -> ToolRegistry:
+    def selected(self, spec: Iterable[str | IToolExecutor | Callable[..., object]]) -> ToolRegistry:
         """A registry of the tools `spec` lists, for one run: a registered tool's name,
         `"*"` for every registered tool, or a tool (an IToolExecutor or a function) to
         add. Registered tools keep their compiled checks. Raises ConfigurationError for
@@ -303,7 +303,7 @@ class ToolRegistry:
         entry = self._entries.get(name)
         return entry.fast_check if entry is not None else None
 
-    def validate_input(self, name: str, args: Any) -> list[str]:
+    def validate_input(self, name: str, args: object) -> list[str]:
         """Every problem with calling tool `name` with `args`; empty when the call is valid."""
         entry = self._entries.get(name)
         if entry is None:
@@ -312,7 +312,7 @@ class ToolRegistry:
         return input_errors(entry.validator, args, fast_check=entry.fast_check)
 
     @staticmethod
-    def _as_executor(tool: Any) -> IToolExecutor:
+    def _as_executor(tool: object) -> IToolExecutor:
         if isinstance(tool, IToolExecutor):
             return tool
         if isinstance(tool, type):

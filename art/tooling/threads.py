@@ -36,11 +36,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
 __all__ = ["StuckCall", "ThreadCalls", "ToolThreads"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+Ts = TypeVarTuple("Ts")
 
 # How long the loop hands out calls before it lets the threads woken so far start.
 HANDOFF_AFTER_S = 0.00025
@@ -79,7 +81,7 @@ class ToolThreads(Executor):
         """Abandoned calls whose threads are still running them."""
         return self._stuck
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         future: Future[T] = Future()
         with self._lock:
             if self._shutdown:
@@ -96,7 +98,7 @@ class ToolThreads(Executor):
                 ).start()
         return future
 
-    def abandon(self, handle: Future[Any]) -> int:
+    def abandon(self, handle: Future[T]) -> int:
         """Stop counting the thread running `handle` against `max_workers` until the call
         ends; the number of abandoned calls still running."""
         with self._lock:
@@ -120,7 +122,7 @@ class ToolThreads(Executor):
         for _ in range(threads):
             self._queue.put(None)  # one stop per thread; a busy one takes it when done
 
-    def _unstick(self, _handle: Future[Any]) -> None:
+    def _unstick(self, _handle: Future[T]) -> None:
         with self._lock:
             self._stuck -= 1
 
@@ -165,7 +167,7 @@ class ThreadCalls(Executor):
         self._waiting: list[asyncio.Future[None]] = []  # steps at the closed gate
 
     # -- the Executor interface: plain submissions go to the pool -----------------------
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         return self._pool.submit(fn, *args, **kwargs)
 
     # -- the engine's path ----------------------------------------------------------------
@@ -227,7 +229,7 @@ class ThreadCalls(Executor):
             self._open(self._gate)
 
     # -- internals ------------------------------------------------------------------------
-    async def _stopped(self, handle: Future[Any], grace_s: float) -> bool:
+    async def _stopped(self, handle: Future[None], grace_s: float) -> bool:
         """True once the thread is done with `handle`, False when not within `grace_s`."""
         stopped: asyncio.Future[None] = self._loop.create_future()
         handle.add_done_callback(lambda _handle: self._to_loop(_resolve, stopped))
@@ -260,7 +262,7 @@ class ThreadCalls(Executor):
                 if not turn.done():
                     turn.set_result(None)
 
-    def _run(self, future: asyncio.Future[Any], fn: Callable[[], Any], gate: object) -> None:
+    def _run(self, future: asyncio.Future[T], fn: Callable[[], T], gate: object) -> None:
         """In a worker thread: open the gate this call closed, run it, post the result."""
         if gate is not None:
             self._to_loop(self._open, gate)
@@ -286,12 +288,12 @@ class ThreadCalls(Executor):
             else:
                 future.set_exception(error)
 
-    def _dropped(self, future: asyncio.Future[Any], handle: Future[Any]) -> None:
+    def _dropped(self, future: asyncio.Future[T], handle: Future[None]) -> None:
         """The pool cancelled a queued call (shut down with `cancel_futures`)."""
         if handle.cancelled():
             self._to_loop(_cancel, future)
 
-    def _to_loop(self, callback: Callable[..., Any], *args: Any) -> None:
+    def _to_loop(self, callback: Callable[[*Ts], object], *args: *Ts) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             self._loop.call_soon_threadsafe(callback, *args)
 
@@ -301,6 +303,6 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _cancel(future: asyncio.Future[Any]) -> None:
+def _cancel(future: asyncio.Future[T]) -> None:
     if not future.done():
         future.cancel()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from art.errors import ToolErrorCode
 from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult
 
 
 def success(
-    tool: IToolExecutor, context: ExecutionContext, output: Any, **metadata: Any
+    tool: IToolExecutor, context: ExecutionContext, output: object, **metadata: object
 ) -> ToolResult:
     return tool.ok(context, output, metadata)
 
@@ -21,8 +19,8 @@ def failure(
     message: str,
     *,
     retryable: bool = False,
-    output: Any = None,
-    **metadata: Any,
+    output: object = None,
+    **metadata: object,
 ) -> ToolResult:
     return tool.fail(
         context, message, code=code.value, retryable=retryable, output=output, metadata=metadata

@@ -15,7 +15,7 @@ import math
 import operator
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from art.errors import ToolErrorCode
 from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
@@ -29,6 +29,9 @@ MAX_DEPTH = 100
 MAX_ROUND_DIGITS = 400
 
 Number = int | float
+#: What an expression's parts evaluate to: a number, or a list literal's items.
+Value = int | float | list["Value"]
+_V = TypeVar("_V")
 
 
 class CalculatorError(ValueError):
@@ -41,14 +44,16 @@ CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e, "tau": math.tau}
 def _aggregate(fn: Callable[[list[Number]], Number]) -> Callable[..., Number]:
     """Accept both `f(1, 2, 3)` and `f([1, 2, 3])`."""
 
-    def call(*args: Any) -> Number:
+    def call(*args: Value) -> Number:
         values = args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
         if not values:
             raise CalculatorError("needs at least one value")
+        numbers: list[Number] = []
         for value in values:
             if isinstance(value, list):
                 raise CalculatorError("expects numbers, not nested lists")
-        return fn(values)
+            numbers.append(value)
+        return fn(numbers)
 
     return call
 
@@ -91,7 +96,7 @@ def _lcm(*args: int) -> int:
     return math.lcm(*args)
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
+FUNCTIONS: dict[str, Callable[..., Number]] = {
     # arithmetic
     "abs": abs,
     "round": _round,
@@ -143,7 +148,7 @@ def _bits(value: Number) -> float:
     return math.log2(abs(value)) if value else 0.0
 
 
-def _check_int(value: Any) -> Any:
+def _check_int(value: _V) -> _V:
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         raise CalculatorError(f"a result is too large (over {MAX_INT_BITS} bits)")
     return value
@@ -181,7 +186,7 @@ def _rshift(a: int, b: int) -> int:
     return a >> b if b <= MAX_INT_BITS else (0 if a >= 0 else -1)
 
 
-def _require_ints(symbol: str, *values: Any) -> None:
+def _require_ints(symbol: str, *values: object) -> None:
     if not all(isinstance(v, int) for v in values):
         raise CalculatorError(f"{symbol} needs whole numbers")
 
@@ -197,7 +202,7 @@ BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.LShift: _lshift,
     ast.RShift: _rshift,
 }
-UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+UNARY: dict[type[ast.unaryop], Callable[[Number], Number]] = {
     ast.USub: operator.neg,
     ast.UAdd: operator.pos,
 }
@@ -246,7 +251,7 @@ def evaluate(expression: str) -> Number:
     except (ValueError, RecursionError, MemoryError) as exc:
         raise CalculatorError(f"cannot parse the expression ({type(exc).__name__})") from None
     try:
-        result: Number | list[Number] = _eval(tree.body, 0)
+        result = _eval(tree.body, 0)
     except CalculatorError:
         raise
     except ZeroDivisionError:
@@ -266,7 +271,7 @@ def evaluate(expression: str) -> Number:
     return result
 
 
-def _eval(node: ast.AST, depth: int) -> Any:
+def _eval(node: ast.AST, depth: int) -> Value:
     if depth > MAX_DEPTH:
         raise CalculatorError("the expression is nested too deeply")
     depth += 1
@@ -286,6 +291,7 @@ def _eval(node: ast.AST, depth: int) -> Any:
         operand = _eval(node.operand, depth)
         _numbers(operand)
         _no_lists(_symbol(node.op), operand)
+        assert not isinstance(operand, list)  # _no_lists refused it
         return op(operand)
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
@@ -303,7 +309,7 @@ def _eval(node: ast.AST, depth: int) -> Any:
     raise CalculatorError(reason)
 
 
-def _binary_chain(node: ast.BinOp, depth: int) -> Any:
+def _binary_chain(node: ast.BinOp, depth: int) -> Value:
     """Evaluate `a + b - c * ...` along its left spine without recursing per operator."""
     spine: list[ast.BinOp] = []
     current: ast.AST = node
@@ -322,7 +328,7 @@ def _binary_chain(node: ast.BinOp, depth: int) -> Any:
     return value
 
 
-def _call(node: ast.Call, depth: int) -> Any:
+def _call(node: ast.Call, depth: int) -> Value:
     if not isinstance(node.func, ast.Name):
         if isinstance(node.func, ast.Attribute):
             raise CalculatorError("attribute access is not allowed")
@@ -351,7 +357,7 @@ _LIST_FUNCTIONS = frozenset(
 )
 
 
-def _numbers(*values: Any) -> None:
+def _numbers(*values: object) -> None:
     for value in values:
         if isinstance(value, list):
             continue
@@ -359,7 +365,7 @@ def _numbers(*values: Any) -> None:
             raise CalculatorError(f"expected a number, got {type(value).__name__}")
 
 
-def _no_lists(symbol: str, *values: Any) -> None:
+def _no_lists(symbol: str, *values: object) -> None:
     """Refuse an operator on a list before it runs (`[0] * 10**8` would allocate 800 MB)."""
     if any(isinstance(value, list) for value in values):
         raise CalculatorError(

@@ -14,7 +14,7 @@ import fnmatch
 import os
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, TypedDict
 
 from art.errors import ConfigurationError, ToolErrorCode
 from art.tooling.contract import ExecutionContext, IToolExecutor, ToolResult, ToolSchema
@@ -264,8 +264,8 @@ class ListFiles(_RootedTool):
 
     def _entries(
         self, directory: Path, recursive: bool, pattern: str | None, context: ExecutionContext
-    ) -> tuple[list[dict[str, Any]], bool]:
-        entries: list[dict[str, Any]] = []
+    ) -> tuple[list[_Entry], bool]:
+        entries: list[_Entry] = []
         pending = [directory]
         while pending:
             if context.cancelled:
@@ -291,6 +291,14 @@ class ListFiles(_RootedTool):
                     }
                 )
         return entries, False
+
+
+class _Entry(TypedDict):
+    """One listed path."""
+
+    path: str
+    type: str
+    size: int | None
 
 
 def _kind(entry: os.DirEntry[str]) -> str:

@@ -18,7 +18,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import httpx
 
@@ -220,7 +220,7 @@ class HttpGet(IToolExecutor):
             )
         return success(self, context, response, **_where(hops))
 
-    async def _follow(self, hops: list[str], headers: dict[str, str]) -> dict[str, Any]:
+    async def _follow(self, hops: list[str], headers: dict[str, str]) -> _Page:
         """Fetch `hops[-1]`, appending each redirect's target to `hops` and checking it."""
         tls = self._tls if self._tls is not None else await asyncio.to_thread(self._build_tls)
         async with httpx.AsyncClient(
@@ -288,7 +288,7 @@ class HttpGet(IToolExecutor):
                     )
         return addresses[0]
 
-    async def _read(self, url: str, response: httpx.Response) -> dict[str, Any]:
+    async def _read(self, url: str, response: httpx.Response) -> _Page:
         body = bytearray()
         truncated = False
         async for chunk in response.aiter_bytes():
@@ -345,10 +345,33 @@ def _host_header(url: httpx.URL) -> str:
     return host if url.port is None else f"{host}:{url.port}"
 
 
-def _where(hops: list[str]) -> dict[str, Any]:
+class _Page(TypedDict):
+    """A fetched page: the tool's output."""
+
+    url: str
+    status_code: int
+    reason: str
+    headers: dict[str, str]
+    text: str
+    truncated: bool
+
+
+class _Source(TypedDict):
+    source_name: str
+    url: str
+
+
+class _Where(TypedDict, total=False):
+    """Result metadata: where the data came from."""
+
+    sources: Required[list[_Source]]
+    redirects: list[str]
+
+
+def _where(hops: list[str]) -> _Where:
     """Result metadata: the URL finally fetched as the source, and the redirects taken."""
     final = hops[-1]
-    where: dict[str, Any] = {"sources": [{"source_name": final, "url": final}]}
+    where: _Where = {"sources": [{"source_name": final, "url": final}]}
     if len(hops) > 1:
         where["redirects"] = list(hops)
     return where
