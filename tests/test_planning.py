@@ -939,10 +939,10 @@ def test_a_positional_schema_writes_only_the_numbers_the_conversation_states():
     right = calc("17 * 23 + 12"), calc("sqrt(1764)")
     assert validator.is_valid(plan(*right))
     # A step's numbers: its question's, an earlier turn's, single digits.
-    assert validator.is_valid(plan(right[0], calc("sqrt(1764) + 1,250.5 - 1250.5 / 2.")))
+    assert validator.is_valid(plan(right[0], calc("1764 ** 0.5 + 1,250.5 - 1250.5")))
     # Neither another question's number, nor one the conversation never stated
     # (a demonstration's), nor two numbers run together.
-    for copied in ["17 * 17 + 12", "sqrt(144)", "sqrt(17641764)", "1764"[:3], "1764 ** 0.5"]:
+    for copied in ["17 * 17 + 12", "sqrt(144)", "sqrt(17641764)", "1764"[:3]]:
         assert not validator.is_valid(plan(right[0], calc(copied))), copied
     # A step after the questions may use any stated number, and references.
     assert validator.is_valid(plan(*right, calc("{{s1.output}} + 12 + 1764")))
@@ -954,14 +954,6 @@ def test_a_positional_schema_writes_only_the_numbers_the_conversation_states():
                   ({"quantity": 0, "unit_price": 3}, False)]  # fmt: skip
     for args, valid in order_args:
         assert validator.is_valid(plan(*right, ("order_total", args))) is valid, args
-    # Dots stay where no digit follows; version numbers are read whole.
-    assert numbers_in("v1.2.3, 4. and 5") == ["1.2.3", "4", "5"]
-    http = Tool("http_get", "Fetch a URL.", obj({"url": {"type": "string"}}, ["url"]))
-    urls = jsonschema.Draft202012Validator(
-        plan_json_schema(ToolRegistry([http]), max_steps=1, numbers=numbers_in("v1.2.3"))
-    )
-    for url, valid in [("example.com/v1.2.3.", True), ("a.b/1.2", False)]:
-        assert urls.is_valid(_plan(_step("http_get", {"url": url}))) is valid, url
     # Without `numbers`, or with more than a grammar should spell out, any number goes.
     many = [str(n) for n in range(100, 165)]
     free = jsonschema.Draft202012Validator(plan_json_schema(registry, max_steps=3))

@@ -189,16 +189,15 @@ def _typed_value_schema(
         least = 1 if schema.get("minLength", 0) else 0
         if numbers is not None:
             # Digits only as whole numbers the conversation states (or single digits),
-            # each followed by a character that is neither a digit nor a dot before one
-            # (`1` `.` `5` would make 1.5). A dot as `[.]`: llama.cpp's pattern converter
-            # misreads an escaped one.
+            # each followed by a character that is not a digit.
+            # A dot as `[.]`: llama.cpp's pattern converter misreads an escaped one.
             spelled = [written.replace(".", "[.]") for written in _by_length(numbers)]
             number = "(" + "|".join([*spelled, "[0-9]"]) + ")"
-            words = r'[^{}"\\\x00-\x1F0-9.]'
-            unit = f"({words}|[.]{words}" + (f"|{_reference(steps, path)})" if steps else ")")
-            pattern = f"({number}?{unit}){{{least},{_STRICT_STRING_CHARS}}}{number}?[.]?"
+            words = r'[^{}"\\\x00-\x1F0-9]'
+            unit = f"({words}|{_reference(steps, path)})" if steps else words
+            pattern = f"({number}?{unit}){{{least},{_STRICT_STRING_CHARS}}}{number}?"
             if least:
-                pattern = f"{pattern}|{number}[.]?"  # a number alone is not empty either
+                pattern = f"{pattern}|{number}"  # a number alone is not empty either
             return {"type": "string", "pattern": f"^({pattern})$"}
         # Bounded: a small model can repeat one character until its token limit, and a
         # reply cut there is not a plan.
@@ -384,12 +383,12 @@ def _step_numbers(
     return asked[index - 1] | (set(numbers) - elsewhere)
 
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 
 
 def numbers_in(text: str) -> list[str]:
     """The numbers `text` states, as written and without thousands separators
-    ("1,200.5 and 3" gives ["1,200.5", "1200.5", "3"]; "1.2.3" is one)."""
+    ("1,200.5 and 3" gives ["1,200.5", "1200.5", "3"])."""
     found: list[str] = []
     for match in _NUMBER.finditer(text):
         for written in (match.group(), match.group().replace(",", "")):
@@ -410,8 +409,6 @@ def _numbers_within(schema: Mapping[str, JsonValue], numbers: Collection[str]) -
     values: list[JsonValue] = []
     for written in [*_by_length(numbers), *map(str, range(10))]:
         plain = written.replace(",", "")
-        if plain.count(".") > 1:
-            continue  # a version or a date, not a JSON number
         value: int | float = float(plain) if "." in plain else int(plain)
         if schema.get("type") == "integer" and isinstance(value, float):
             continue
