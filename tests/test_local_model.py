@@ -242,17 +242,54 @@ def test_grammar_keeps_property_order_and_json_strings_and_drops_huge_bounds(dem
     assert apple.count('"," space string') == 2  # maxItems 3 is kept
 
 
-def test_free_text_gets_a_repetition_penalty_unless_the_call_sets_one(demo_model):
+def test_free_text_gets_no_repetition_penalty_unless_the_call_sets_one(demo_model):
     messages = [{"role": "user", "content": "hi"}]
     # private: the arguments llama.cpp is called with have no public view
-    assert local._chat_arguments(messages, {})["repeat_penalty"] == local.DEFAULT_REPEAT_PENALTY
+    assert not set(local._chat_arguments(messages, {})) & {"repeat_penalty", "frequency_penalty"}
     for name in ("repeat_penalty", "presence_penalty", "frequency_penalty"):
-        arguments = local._chat_arguments(messages, {name: 0.5})
-        assert arguments[name] == 0.5
-        assert name == "repeat_penalty" or "repeat_penalty" not in arguments
-    # Under a grammar the JSON keys repeat by design: no penalty.
-    constrained = local._chat_arguments(messages, {"response_format": {"type": "json_object"}})
-    assert "grammar" in constrained and "repeat_penalty" not in constrained
+        assert local._chat_arguments(messages, {name: 0.5})[name] == 0.5
+
+
+def test_a_loop_is_one_phrase_three_times_at_the_end():
+    # private: the loop test runs inside llama.cpp's token loop, with no public view
+    phrase = b"Sao Joao, Portugal\n\n"
+    assert local._repeats_itself(b"Where? " + phrase * 3)
+    assert not local._repeats_itself(b"Where? " + phrase * 2)
+    assert local._repeats_itself(b"1." + b"0" * 36)  # a short period, caught at 12 characters
+    assert not local._repeats_itself(b"1." + b"0" * 35)
+    assert not local._repeats_itself(b"ha ha ha ha ha")  # shorter than a phrase
+    assert not local._repeats_itself(b"| 1 | 2 |\n| 3 | 4 |\n| 5 | 6 |\n")
+
+
+# Numbers are written digit by digit: a repetition penalty made the demo model copy a
+# tool's 30.0 as "3.5"; a free-text reply now ends when it loops instead.
+@pytest.mark.slow  # runs the model
+def test_free_text_copies_numbers_and_ends_when_it_repeats_itself(demo_model):
+    answer = litellm.completion(
+        model=demo_model,
+        messages=[
+            {"role": "system", "content": "Answer from the results of the steps."},
+            {
+                "role": "user",
+                "content": "Question: What is the average of 10, 20 and 60?\n\nResults of "
+                "the steps:\n\n[s1] (tool calculator): completed. Output:\n30.0\n\n"
+                "Write the answer to the question now.",
+            },
+        ],
+        **_greedy(max_tokens=60),
+    )
+    assert "30" in answer.choices[0].message.content
+    looping = litellm.completion(
+        model=demo_model,
+        messages=[
+            {"role": "user", "content": "Write the phrase 'Sao Joao, Portugal' on 50 lines."}
+        ],
+        **_greedy(max_tokens=300, repeat_penalty=1.0),
+    )
+    text = looping.choices[0].message.content
+    assert looping.choices[0].finish_reason == "stop"
+    assert looping.usage.completion_tokens < 100
+    assert text.endswith("Sao Joao, Portugal\n\n" * 3) or text.endswith("Sao Joao, Portugal\n" * 3)
 
 
 def test_the_plan_schema_of_the_built_in_tools_becomes_a_grammar(demo_model, tmp_path):
@@ -406,6 +443,30 @@ async def test_end_to_end_query_plans_calls_the_calculator_and_answers(demo_mode
     assert response.content.strip()
 
 
+# The quickstart's own question (docs/quickstart.md), as examples/quickstart.py asks it:
+# the demo model plans a step for each of its two questions, each with that question's own
+# numbers (the grammar allows no other), and the answer states both results.
+@pytest.mark.slow
+async def test_the_quickstart_question_is_answered_in_both_parts(demo_model):
+    import art
+    from art.evaluation import answer_holds_values
+    from art.tools import Calculator
+
+    question = "What is 17 * 23 + 12, and what is the square root of 1764?"
+    async with art.create_art_instance(
+        model=demo_model,
+        tools=[Calculator()],
+        storage="memory://",
+        llm_params={"temperature": 0, "seed": 0},
+    ) as instance:
+        response = await instance.aprocess(question, "quickstart")
+
+    assert response.metadata.status == "success", response.metadata.error
+    outputs = [step.output for step in response.steps if step.status == "completed"]
+    assert 403 in outputs and 42 in outputs, response.plan
+    assert answer_holds_values(response.content, [403, 42]), response.content
+
+
 # A CPU model may load and plan for longer than a provider's default time limit (seen on a
 # loaded machine: the planning call timed out at 90 s and ran again), so that default does
 # not apply to it; a limit set explicitly does.
@@ -491,6 +552,23 @@ def test_the_positional_plan_schema_becomes_a_grammar_of_any_prefix_of_steps(dem
     # The second step may reference the first only, and types its numbers.
     assert '("s1") [.] "output}}"' in rules and "s2) [.]" not in rules
     assert "steps-tuple-1-2-args-quantity ::= integer |" in rules
+    assert local._grammar(response_format) is not None  # llama.cpp accepts it
+
+
+def test_the_numbers_a_plan_may_write_become_grammar_rules_llama_cpp_reads(demo_model):
+    from art.planning.planner import numbers_in, plan_response_format, questions
+
+    query = "What do 3 items at 19.99 dollars cost, and what is 1,250.5 times 2?"
+    response_format = plan_response_format(
+        _shop_registry(), max_steps=3, descriptions=questions(query), numbers=numbers_in(query)
+    )
+    schema = json.dumps(local._grammar_schema(response_format["json_schema"]["schema"]))
+    rules = local._schema_to_gbnf(schema).splitlines()
+    # The first question's numbers, with their decimal dot, or a single digit.
+    [expression] = [r for r in rules if r.startswith("steps-tuple-0-0-args-expression-1 ::=")]
+    assert '("1" "9" [.] "9" "9" | "3" | [0-9])?' in expression
+    [price] = [r for r in rules if r.startswith("steps-tuple-1-2-args-unit-price-0 ::=")]
+    assert price.startswith('steps-tuple-1-2-args-unit-price-0 ::= "1250.5" | "2" | "0" |')
     assert local._grammar(response_format) is not None  # llama.cpp accepts it
 
 

@@ -793,20 +793,19 @@ def test_a_request_of_two_questions_is_demonstrated_with_a_step_each(tmp_path):
     registry = ToolRegistry([Calculator()])
     one = render_demonstrations(registry, "What is 17 * 23 + 12?")
     assert all(len(json.loads(t["content"])["steps"]) == 1 for t in one[1::2])
-    two = render_demonstrations(
-        registry, "What is 17 * 23 + 12, and what is the square root of 1764?"
-    )
-    request, plan = two[-2]["content"], json.loads(two[-1]["content"])
-    assert request.endswith(
-        "\nSteps:\ns1: What is the average of 2, 4 and 9?\ns2: What is 12 times 7, plus 5?"
-    )
-    assert [step["id"] for step in plan["steps"]] == ["s1", "s2"]
-    # Each step is described by its own question, which leads to its arguments.
-    assert [step["description"] for step in plan["steps"]] == [
-        "What is the average of 2, 4 and 9?",
-        "What is 12 times 7, plus 5?",
-    ]
-    assert parse_plan(two[-1]["content"], registry)[1] == []
+    for query, expressions in [
+        ("What is 17 * 23 + 12, and what is the square root of 1764?", ["12 * 7 + 5", "sqrt(144)"]),
+        ("What is the square root of 1764? What is 17 * 23 + 12?", ["sqrt(144)", "12 * 7 + 5"]),
+    ]:  # fmt: skip
+        two = render_demonstrations(registry, query)
+        request, plan = two[-2]["content"], json.loads(two[-1]["content"])
+        # A step per question, each the example most like its question, in the same order.
+        assert [step["args"]["expression"] for step in plan["steps"]] == expressions
+        assert [step["id"] for step in plan["steps"]] == ["s1", "s2"]
+        # Each step is described by its own question, which leads to its arguments.
+        described = [step["description"] for step in plan["steps"]]
+        assert request.endswith(f"\nSteps:\ns1: {described[0]}\ns2: {described[1]}")
+        assert parse_plan(two[-1]["content"], registry)[1] == []
 
 
 @pytest.mark.parametrize(
@@ -907,6 +906,66 @@ def test_a_positional_schema_with_questions_gives_each_question_its_step(registr
     assert not validator.is_valid(_plan(both[0]))  # the second question left out
     assert not validator.is_valid(_plan(both[0], step(2, asked[0], "17 * 23 + 12")))
     assert not validator.is_valid(_plan(step(1, asked[1], "sqrt(1764)"), both[1]))
+
+
+def test_a_positional_schema_writes_only_the_numbers_the_conversation_states():
+    from art.planning.planner import numbers_in
+
+    order = Tool(
+        "order_total",
+        "Total of an order.",
+        obj({"quantity": {"type": "integer", "minimum": 1}, "unit_price": {"type": "number"}},
+            ["quantity", "unit_price"]),
+    )  # fmt: skip
+    registry = ToolRegistry([CALCULATOR, order])
+    asked = ["What is 17 * 23 + 12?", "What is the square root of 1764?"]
+    earlier = "One share costs 1,250.5 dollars."
+    assert numbers_in(earlier) == ["1,250.5", "1250.5"]
+    stated = numbers_in(f"{earlier} {' '.join(asked)}")
+    validator = jsonschema.Draft202012Validator(
+        plan_json_schema(registry, max_steps=3, descriptions=asked, numbers=stated)
+    )
+
+    def plan(*steps):
+        return _plan(*[
+            {"id": f"s{n}", "description": asked[n - 1] if n <= 2 else "d", "tool": tool,
+             "args": args, "dependsOn": []}
+            for n, (tool, args) in enumerate(steps, 1)
+        ])  # fmt: skip
+
+    def calc(expression):
+        return ("calculator", {"expression": expression})
+
+    right = calc("17 * 23 + 12"), calc("sqrt(1764)")
+    assert validator.is_valid(plan(*right))
+    # A step's numbers: its question's, an earlier turn's, single digits.
+    assert validator.is_valid(plan(right[0], calc("1764 ** 0.5 + 1,250.5 - 1250.5")))
+    # Neither another question's number, nor one the conversation never stated
+    # (a demonstration's), nor two numbers run together.
+    for copied in ["17 * 17 + 12", "sqrt(144)", "sqrt(17641764)", "1764"[:3]]:
+        assert not validator.is_valid(plan(right[0], calc(copied))), copied
+    # A step after the questions may use any stated number, and references.
+    assert validator.is_valid(plan(*right, calc("{{s1.output}} + 12 + 1764")))
+    # Number arguments are stated numbers of their type and bounds, or a reference.
+    order_args = [({"quantity": 23, "unit_price": 1250.5}, True),
+                  ({"quantity": 7, "unit_price": "{{s1.output}}"}, True),
+                  ({"quantity": 24, "unit_price": 3}, False),
+                  ({"quantity": 1250.5, "unit_price": 3}, False),
+                  ({"quantity": 0, "unit_price": 3}, False)]  # fmt: skip
+    for args, valid in order_args:
+        assert validator.is_valid(plan(*right, ("order_total", args))) is valid, args
+    # Without `numbers`, or with more than a grammar should spell out, any number goes.
+    many = [str(n) for n in range(100, 165)]
+    free = jsonschema.Draft202012Validator(plan_json_schema(registry, max_steps=3))
+    assert jsonschema.Draft202012Validator(
+        plan_json_schema(registry, max_steps=3, numbers=many)
+    ).is_valid(plan(calc("12 * 7 + 5")))
+    assert not jsonschema.Draft202012Validator(
+        plan_json_schema(registry, max_steps=3, numbers=many[:64])
+    ).is_valid(plan(calc("12 * 7 + 5")))
+    assert free.is_valid(
+        plan(calc("12 * 7 + 5"), ("order_total", {"quantity": 24, "unit_price": 3}))
+    )
 
 
 @pytest.mark.parametrize("note", ["a < b", "<b>bold</b>", "`code`", 'tab\tquote"', "café"])

@@ -105,11 +105,13 @@ _PASSTHROUGH_PARAMS = (
     "frequency_penalty",
     "repeat_penalty",  # llama.cpp's own; litellm passes unknown parameters through
 )
-# Free text (no grammar) from a small model loops on one phrase until its token limit
-# without a repetition penalty; llama-cpp-python's default is none (1.0). 1.1 stopped
-# the loops of the demo model on the benchmark questions; more made answers incoherent.
-DEFAULT_REPEAT_PENALTY = 1.1
-_PENALTIES = ("repeat_penalty", "presence_penalty", "frequency_penalty")
+# Free text (no grammar) from a small model can loop on one phrase until its token limit.
+# A repetition penalty stops that but garbles numbers: these tokenizers write a number
+# digit by digit, so every digit already written is penalized (the demo model copied a
+# tool's 30.0 as "3.5"). A free-text reply ends instead when it has written one phrase
+# (of 12 to 200 characters) three times in a row.
+_LOOP_CHARS = range(12, 201)
+_LOOP_TIMES = 3
 
 log = structlog.get_logger(__name__)
 
@@ -255,14 +257,33 @@ def _llama_class() -> type:
             current = self.generation or _Generation()
             current.prompt_tokens = len(tokens)
             vocab = self._model.vocab
+            # Free text only: a grammar's JSON repeats its keys by design.
+            written = bytearray() if kwargs.get("grammar") is None else None
             for token in super().generate(tokens, *args, **kwargs):
                 if current.cancelled.is_set():
                     return
-                if not llama_cpp.llama_vocab_is_eog(vocab, token):
-                    current.completion_tokens += 1
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    yield token
+                    continue
+                current.completion_tokens += 1
                 yield token
+                if written is not None:
+                    written += self.detokenize([token])
+                    if _repeats_itself(written):
+                        yield self.token_eos()  # the reply ends as if the model ended it
+                        return
 
     return CountingLlama
+
+
+def _repeats_itself(text: bytes | bytearray) -> bool:
+    """Whether `text` ends with one phrase (see _LOOP_CHARS) _LOOP_TIMES times in a row."""
+    for size in _LOOP_CHARS:
+        if size * _LOOP_TIMES > len(text):
+            return False
+        if text.endswith(text[-size:] * _LOOP_TIMES):
+            return True
+    return False
 
 
 class _LoadedModel:
@@ -469,8 +490,6 @@ def _chat_arguments(messages: list[Any], optional_params: dict[str, Any]) -> dic
     arguments["max_tokens"] = max_tokens or cap
     if grammar is not None:
         arguments["grammar"] = grammar
-    elif not any(name in arguments for name in _PENALTIES):
-        arguments["repeat_penalty"] = DEFAULT_REPEAT_PENALTY
     arguments["messages"] = _messages(messages)
     return arguments
 

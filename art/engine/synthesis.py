@@ -112,7 +112,8 @@ def _results_text(data: SynthesisInput) -> str:
             parts.append(f"[{step_id}] {what} (tool {tool}): completed. Output:\n{output}")
     else:
         parts.append("No steps were needed: answer from the conversation and what you know.")
-    parts.append("Write the answer to the question now.")
+    # "every part": small models otherwise answer the first of several questions only.
+    parts.append("Write the answer to the question now, answering every part of it.")
     return "\n\n".join(parts)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,7 @@ __all__ = [
     "PLAN_JSON_SCHEMA",
     "Planner",
     "extract_plan_data",
+    "numbers_in",
     "parse_plan",
     "plan_json_schema",
     "plan_response_format",
@@ -96,6 +97,9 @@ _PATH = r"([.][A-Za-z0-9_]+)*"
 _SCALAR_TYPES = frozenset({"number", "integer", "boolean", "null"})
 # The longest plain string argument of a positional (grammar) plan schema.
 _STRICT_STRING_CHARS = 100
+# More stated numbers than this leave a positional schema's numbers free: each is a
+# grammar alternative in every argument of every step.
+_STATED_NUMBERS = 64
 # Keywords of a scalar's schema a constrained decoder can honour.
 _SCALAR_KEYWORDS = ("type", "enum", "const", "minimum", "maximum")
 
@@ -110,7 +114,12 @@ def _whole_reference(steps: str, path: str) -> JsonObject:
 
 
 def _argument_value_schema(
-    schema: object, steps: str | None = _ANY_STEP, path: str = _PATH, *, strict: bool = False
+    schema: object,
+    steps: str | None = _ANY_STEP,
+    path: str = _PATH,
+    *,
+    strict: bool = False,
+    numbers: Collection[str] | None = None,
 ) -> JsonObject:
     """What a constrained decoder may write for one argument: the tool's type (with its
     enum, bounds, item and property types), or, where `steps` can be referenced, a
@@ -118,12 +127,14 @@ def _argument_value_schema(
 
     `strict` makes plain strings unable to hold braces other than references to
     `steps` (a positional schema: a grammar then cannot write an unknown reference).
+    With `numbers` (strict only), a number argument is one of them or a single digit,
+    and so is every number written in a plain string (see `numbers_in`).
     A schema this cannot read (`$ref`, combinators) allows any value; the plan
     validator checks it.
     """
     if not isinstance(schema, Mapping):
         return {}
-    typed = _typed_value_schema(schema, steps, path, strict=strict)
+    typed = _typed_value_schema(schema, steps, path, strict=strict, numbers=numbers)
     if typed is None:
         return {}
     if steps is None or _is_plain_string(schema):
@@ -136,7 +147,12 @@ def _is_plain_string(schema: Mapping[str, JsonValue]) -> bool:
 
 
 def _typed_value_schema(
-    schema: Mapping[str, JsonValue], steps: str | None, path: str, *, strict: bool
+    schema: Mapping[str, JsonValue],
+    steps: str | None,
+    path: str,
+    *,
+    strict: bool,
+    numbers: Collection[str] | None = None,
 ) -> JsonObject | None:
     if {"$ref", "anyOf", "oneOf", "allOf", "not"} & schema.keys():
         return None
@@ -144,8 +160,15 @@ def _typed_value_schema(
         return {key: schema[key] for key in ("enum", "const") if key in schema}
     kind = schema.get("type")
     if isinstance(kind, list):
-        alternatives = [_typed_value_schema({"type": t}, steps, path, strict=strict) for t in kind]
+        alternatives = [
+            _typed_value_schema({"type": t}, steps, path, strict=strict, numbers=numbers)
+            for t in kind
+        ]
         return {"anyOf": [alternative or {} for alternative in alternatives]}
+    if kind in ("number", "integer") and strict and numbers is not None:
+        stated = _numbers_within(schema, numbers)
+        if stated:
+            return {"enum": stated}
     if kind in _SCALAR_TYPES:
         return {key: schema[key] for key in _SCALAR_KEYWORDS if key in schema}
     if kind == "string":
@@ -157,18 +180,32 @@ def _typed_value_schema(
         # would need escapes, which small models get wrong).
         text = r'[^{}"\\\x00-\x1F]'
         inline = f"({text}|{_reference(steps, path)})" if steps else text
+        least = 1 if schema.get("minLength", 0) else 0
+        if numbers is not None:
+            # Digits only as whole numbers the conversation states (or single digits),
+            # each followed by a character that is not a digit.
+            # A dot as `[.]`: llama.cpp's pattern converter misreads an escaped one.
+            spelled = [written.replace(".", "[.]") for written in _by_length(numbers)]
+            number = "(" + "|".join([*spelled, "[0-9]"]) + ")"
+            words = r'[^{}"\\\x00-\x1F0-9]'
+            unit = f"({words}|{_reference(steps, path)})" if steps else words
+            pattern = f"({number}?{unit}){{{least},{_STRICT_STRING_CHARS}}}{number}?"
+            if least:
+                pattern = f"{pattern}|{number}"  # a number alone is not empty either
+            return {"type": "string", "pattern": f"^({pattern})$"}
         # Bounded: a small model can repeat one character until its token limit, and a
         # reply cut there is not a plan.
-        least = 1 if schema.get("minLength", 0) else 0
         return {"type": "string", "pattern": f"^{inline}{{{least},{_STRICT_STRING_CHARS}}}$"}
     if kind == "array":
         items = schema.get("items")
         shown: JsonObject = {"type": "array"}
         if isinstance(items, Mapping):
-            shown["items"] = _argument_value_schema(items, steps, path, strict=strict)
+            shown["items"] = _argument_value_schema(
+                items, steps, path, strict=strict, numbers=numbers
+            )
         return shown
     if kind == "object" or "properties" in schema:
-        return _arguments_schema(schema, steps, path, strict=strict)
+        return _arguments_schema(schema, steps, path, strict=strict, numbers=numbers)
     return None
 
 
@@ -178,6 +215,7 @@ def _arguments_schema(
     path: str = _PATH,
     *,
     strict: bool = False,
+    numbers: Collection[str] | None = None,
 ) -> JsonObject:
     """The argument names a tool declares, each with its type; any names when it
     explicitly allows more."""
@@ -196,7 +234,7 @@ def _arguments_schema(
     return {
         "type": "object",
         "properties": {
-            name: _argument_value_schema(sub, steps, path, strict=strict)
+            name: _argument_value_schema(sub, steps, path, strict=strict, numbers=numbers)
             for name, sub in properties.items()
         },
         "required": required,
@@ -236,11 +274,14 @@ def _step_variants(
     depends_on: JsonObject | None = None,
     description: JsonObject | None = None,
     strict: bool = False,
+    numbers: Collection[str] | None = None,
 ) -> JsonObject:
     variants: list[JsonObject] = [
         _step_schema(
             {"const": schema.name},
-            _arguments_schema(schema.input_schema or {}, steps, path, strict=strict),
+            _arguments_schema(
+                schema.input_schema or {}, steps, path, strict=strict, numbers=numbers
+            ),
             step_id,
             depends_on,
             description,
@@ -255,7 +296,11 @@ def _step_variants(
 
 
 def plan_json_schema(
-    registry: ToolRegistry, *, max_steps: int | None = None, descriptions: Sequence[str] = ()
+    registry: ToolRegistry,
+    *,
+    max_steps: int | None = None,
+    descriptions: Sequence[str] = (),
+    numbers: Collection[str] | None = None,
 ) -> JsonObject:
     """The plan schema for the tools in `registry`: one step shape per tool.
 
@@ -269,9 +314,16 @@ def plan_json_schema(
     order, each depending on and referencing earlier steps only (the whole output, no
     field path), so every plan it allows passes validation. With `descriptions` too (the
     questions of a request that asks several), the first steps are described by them, one
-    each, in order: the model then writes one step per question. `PLAN_JSON_SCHEMA` is
-    the shape without the tools.
+    each, in order: the model then writes one step per question. With `numbers` too (the
+    numbers the conversation states, see `numbers_in`), the numbers a step writes are
+    these or single digits: a small model otherwise copies them from its demonstrations.
+    A step described by a question takes that question's numbers, not another's (with
+    the `numbers` no question states, such as an earlier turn's); more than 64 numbers
+    leave them free. `PLAN_JSON_SCHEMA` is the shape without the tools.
     """
+    if numbers is not None and len(set(numbers)) > _STATED_NUMBERS:
+        numbers = None
+    asked = [set(numbers_in(question)) for question in descriptions]
     if max_steps is None:
         steps: JsonObject = {"type": "array", "items": _step_variants(registry)}
     else:
@@ -296,6 +348,7 @@ def plan_json_schema(
                         else {"const": []}
                     ),
                     strict=True,
+                    numbers=_step_numbers(numbers, asked, index),
                 )
             )
         # Any prefix of the positions: art.adapters.local turns this into a grammar.
@@ -313,12 +366,67 @@ def plan_json_schema(
     }
 
 
+def _step_numbers(
+    numbers: Collection[str] | None, asked: Sequence[set[str]], index: int
+) -> Collection[str] | None:
+    """The numbers step `index` (from 1) may write: a step that answers one of the
+    questions takes that question's, and those no question states."""
+    if numbers is None or index > len(asked):
+        return numbers
+    elsewhere = set().union(*asked)
+    return asked[index - 1] | (set(numbers) - elsewhere)
+
+
+_NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers `text` states, as written and without thousands separators
+    ("1,200.5 and 3" gives ["1,200.5", "1200.5", "3"])."""
+    found: list[str] = []
+    for match in _NUMBER.finditer(text):
+        for written in (match.group(), match.group().replace(",", "")):
+            if written not in found:
+                found.append(written)
+    return found
+
+
+def _by_length(numbers: Collection[str]) -> list[str]:
+    """Longest first, so a regular expression tries `1764` before `17`."""
+    return sorted(set(numbers), key=lambda n: (-len(n), n))
+
+
+def _numbers_within(schema: Mapping[str, JsonValue], numbers: Collection[str]) -> list[JsonValue]:
+    """The stated `numbers` and single digits that `schema` (number or integer, with its
+    bounds) accepts, as JSON numbers."""
+    minimum, maximum = schema.get("minimum"), schema.get("maximum")
+    values: list[JsonValue] = []
+    for written in [*_by_length(numbers), *map(str, range(10))]:
+        plain = written.replace(",", "")
+        value: int | float = float(plain) if "." in plain else int(plain)
+        if schema.get("type") == "integer" and isinstance(value, float):
+            continue
+        if isinstance(minimum, int | float) and value < minimum:
+            continue
+        if isinstance(maximum, int | float) and value > maximum:
+            continue
+        if value not in values:
+            values.append(value)
+    return values
+
+
 def plan_response_format(
-    registry: ToolRegistry, *, max_steps: int | None = None, descriptions: Sequence[str] = ()
+    registry: ToolRegistry,
+    *,
+    max_steps: int | None = None,
+    descriptions: Sequence[str] = (),
+    numbers: Collection[str] | None = None,
 ) -> JsonObject:
     """The `response_format` of a planning call over the tools in `registry` (positional
     with `max_steps`, see `plan_json_schema`)."""
-    schema = plan_json_schema(registry, max_steps=max_steps, descriptions=descriptions)
+    schema = plan_json_schema(
+        registry, max_steps=max_steps, descriptions=descriptions, numbers=numbers
+    )
     return {
         "type": "json_schema",
         "json_schema": {"name": "plan", "schema": schema, "strict": False},
@@ -528,18 +636,25 @@ def render_demonstrations(registry: ToolRegistry, query: str = "") -> list[dict[
     messages: list[dict[str, str]] = []
     for _score, _position, schema, example in candidates[-_DEMONSTRATIONS:]:
         messages += _demonstration([(schema, example)])
-    if _asks_several(query):
+    asked = questions(query)
+    if len(asked) > 1:
         # A request of several questions gets one step per question: small models copy
-        # the shape of the nearest demonstration, so the nearest has two.
-        pairs = [
-            (_likeness(query_words, schema, example), -position, schema, example)
-            for position, schema in enumerate(registry.schemas())
+        # the shape of the nearest demonstration, so the nearest has a step per question,
+        # each an example like that question, in the request's order.
+        examples = [
+            (schema, example)
+            for schema in registry.schemas()
             for example in schema.examples
             if example.description and not registry.validate_input(schema.name, example.input)
         ]
-        pairs.sort(key=lambda item: (item[0], item[1]))
-        if len(pairs) >= 2:
-            messages += _demonstration([(schema, example) for *_, schema, example in pairs[-2:]])
+        chosen: list[tuple[ToolSchema, ToolExample]] = []
+        for question in asked[:_DEMONSTRATIONS]:
+            words = _words(question)
+            unused = [pair for pair in examples if all(pair[1] is not c[1] for c in chosen)]
+            if unused:  # ties keep registration order
+                chosen.append(max(unused, key=lambda pair: _likeness(words, *pair)))
+        if len(chosen) >= 2:
+            messages += _demonstration(chosen)
     return messages
 
 
@@ -559,10 +674,6 @@ def questions(request: str) -> list[str]:
     if len(parts) < 2:
         return [request.strip()]
     return [part[:1].upper() + part[1:].rstrip("?") + "?" for part in parts]
-
-
-def _asks_several(query: str) -> bool:
-    return len(questions(query)) > 1
 
 
 def _request_text(request: str) -> str:
@@ -953,9 +1064,11 @@ class Planner:
         self._format: tuple[tuple[str, ...], JsonObject] | None = None
         self._window: int | object | None = _UNKNOWN
 
-    def _response_format(self, query: str | None = None) -> JsonObject | None:
-        """The planning call's schema; `query` is given for a first plan (not a replan,
-        whose steps follow finished ones)."""
+    def _response_format(
+        self, query: str | None = None, history: Sequence[ConversationMessage] = ()
+    ) -> JsonObject | None:
+        """The planning call's schema; `query` (and the thread's `history`) is given for
+        a first plan (not a replan, whose steps follow finished ones)."""
         if self._structured is None:
             self._structured = self.llm.supports_response_schema(self.model)
         if not self._structured:
@@ -966,6 +1079,8 @@ class Planner:
                 self.registry,
                 max_steps=_GRAMMAR_STEPS,
                 descriptions=asked if len(asked) > 1 else (),
+                # The numbers of the conversation as the prompt shows it.
+                numbers=numbers_in(f"{_history_text(history)}\n{query}"),
             )
         tools = tuple(self.registry.names())
         if self._format is None or self._format[0] != tools:
@@ -977,7 +1092,9 @@ class Planner:
     ) -> Plan:
         """A valid plan for `query`; raises PlanError (or ModelError from the provider)."""
         messages = self._planning_messages(run, query, history)
-        return await self._plan_and_repair(run, "planning", messages, frozenset(), query=query)
+        return await self._plan_and_repair(
+            run, "planning", messages, frozenset(), query=query, history=history
+        )
 
     async def plan_streamed(
         self,
@@ -990,7 +1107,7 @@ class Planner:
         its JSON object is complete and valid, and repairs keep the steps handed on."""
         messages = self._planning_messages(run, query, history)
         return await self._plan_and_repair(
-            run, "planning", messages, frozenset(), arrivals, query=query
+            run, "planning", messages, frozenset(), arrivals, query=query, history=history
         )
 
     def _planning_messages(
@@ -1060,9 +1177,10 @@ class Planner:
         arrivals: StepArrivals | None = None,
         *,
         query: str | None = None,
+        history: Sequence[ConversationMessage] = (),
     ) -> Plan:
         attempts = run.config.max_plan_attempts
-        response_format = self._response_format(query)
+        response_format = self._response_format(query, history)
         conversation = messages
         problems: list[str] = []
         for attempt in range(1, attempts + 1):

@@ -415,8 +415,9 @@ class Calculator(IToolExecutor):
         description=(
             "Evaluates a single arithmetic expression and returns its numeric value. Use it "
             "for any exact arithmetic instead of computing in your head: + - * / // %, "
-            "powers (** or ^), parentheses, unary minus, bit shifts, the functions "
-            f"{', '.join(sorted(FUNCTIONS))} (aggregates accept several numbers or one list, "
+            "powers (** or ^), parentheses, unary minus, bit shifts, functions called by name "
+            "(sqrt(x) is the square root of x; all of them: "
+            f"{', '.join(sorted(FUNCTIONS))}; aggregates accept several numbers or one list, "
             "e.g. mean([1, 2, 3])), and the constants pi, e and tau. Returns the result as a "
             "number (an integer when exact). Variables, strings and comparisons are not "
             "supported."
@@ -426,7 +427,7 @@ class Calculator(IToolExecutor):
             "properties": {
                 "expression": {
                     "type": "string",
-                    "description": "The expression, e.g. '17 * 23 + sqrt(2) ^ 2'.",
+                    "description": "The expression, e.g. '(2 + 3) * sqrt(16) ^ 2'.",
                     "minLength": 1,
                     "maxLength": MAX_EXPRESSION_LENGTH,
                 }
@@ -445,6 +446,11 @@ class Calculator(IToolExecutor):
                 "input": {"expression": "mean([2, 4, 9])"},
                 "output": 5.0,
                 "description": "What is the average of 2, 4 and 9?",
+            },
+            {
+                "input": {"expression": "sqrt(144)"},
+                "output": 12.0,
+                "description": "What is the square root of 144?",
             },
         ],
     )
