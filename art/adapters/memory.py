@@ -4,9 +4,9 @@ Records are stored as JSON text and parsed on every read, exactly as the durable
 do, so a caller never shares a mutable object with the store and a test that passes here
 sees the same values SQLite or PostgreSQL would return. What the engine saves on every
 step (`save_step_snapshot`, `append_event_snapshots`) is kept as plain values instead,
-with copies of their containers and the secrets in force at the save, and written as
-JSON (those secrets masked) when it is first read: most step records are replaced, and
-most event logs never read, in the same process.
+with copies of their containers (a finished step's as marshal's bytes) and the secrets
+in force at the save, and written as JSON (those secrets masked) when it is first read:
+most step records are replaced, and most event logs never read, in the same process.
 
 One `threading.Lock` guards the state: it is safe across coroutines, event loops and
 threads of one process. Nothing survives the process; the lease is per process.
