@@ -44,26 +44,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from art.testing.provider import (
-        Answer,
-        FakeProvider,
-        Hang,
-        HTTPStatus,
-        Malformed,
-        ProviderRequest,
-    )
-    from art.testing.runs import make_run_context
-    from art.testing.scripted import (
-        Reply,
-        ScriptedCall,
-        ScriptedModel,
-        ScriptError,
-        replies,
-    )
-    from art.testing.snapshots import PlanSnapshotExtension, render_plan_text
-
-
-if TYPE_CHECKING:
     from art.testing.provider import (  # noqa: F401
         Answer,
         FakeProvider,
