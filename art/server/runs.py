@@ -205,7 +205,11 @@ class RunManager:
         return handle
 
     async def _follow(self, handle: RunHandle, webhook: str | None) -> None:
-        record = await handle.result()
+        try:
+            record = await handle.result()
+        except KeyError:  # its job and record were deleted before it ended
+            log.warning("a queued run vanished before it ended", run_id=handle.id)
+            return
         if self.webhooks is None:
             return
         suspension_ids = []
