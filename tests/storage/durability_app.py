@@ -78,6 +78,7 @@ class Settings:
     log: str
     plan: dict[str, Any]
     step_s: float = 0.03
+    synthesis_s: float = 1.0
 
 
 _pipe: Connection | None = None
@@ -133,8 +134,12 @@ def _planning(messages: Any, metadata: Any) -> dict[str, Any]:
     return _settings.plan
 
 
-def _synthesis(messages: Any, metadata: Any) -> str:
+async def _synthesis(messages: Any, metadata: Any) -> str:
+    assert _settings is not None
     _notify("synthesis")
+    # Held, so that a kill sent on "synthesis" lands before the run has ended: a child
+    # that finished the run before the kill arrived would leave the next child a new run.
+    await asyncio.sleep(_settings.synthesis_s)
     return "all chains done"
 
 
