@@ -423,7 +423,11 @@ def test_a_hung_server_is_restarted_so_later_calls_succeed(which, scripted_model
         hung = inst.process("Echo", "mcp-hung-2")
         assert hung.steps[0].result.error_code == "TIMEOUT"
         started = time.perf_counter()
-        response = inst.process("Echo", "mcp-hung-3")
+        # The next call waits for the ping to go unanswered and the restart: it gets the
+        # time for that (a 1 s step timeout would end it first on a slow machine), and the
+        # default retry, for a call that reached the hung server before its ping began.
+        later = {"execution_config": {"step_timeout_s": 30, "step_max_retries": 2}}
+        response = inst.process("Echo", "mcp-hung-3", later)
         assert response.steps[0].output == "Echo: hi", response.steps[0].result
         # It waited for the ping to go unanswered and the restart, not another timeout each.
         assert time.perf_counter() - started < 15
